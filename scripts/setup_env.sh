@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the engine with its test extras, pinning the CPU torch wheel first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -c constraints-cpu.txt torch==2.13.0
+.venv/bin/python -m pip install -q -c constraints-cpu.txt -e ".[test]"

@@ -1,0 +1,1 @@
+"""Attention types, metadata and backends (torch on CPU, xformers on CUDA)."""

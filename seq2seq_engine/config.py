@@ -1,0 +1,138 @@
+"""Engine configuration: frozen, validated dataclasses for model, cache, scheduler and device."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+_DTYPES = ("float32", "bfloat16", "float16")
+_POLICIES = ("fcfs", "priority")
+_PREEMPTION_MODES = ("recompute", "swap")
+
+
+def _require_positive(name: str, value: Optional[int]) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """What the engine needs to know about a model, independent of its weights.
+
+    `is_encoder_decoder` is the main axis: a decoder-only model has no encoder and no
+    cross-attention, and its requests carry no encoder sequence.
+    """
+
+    model: str
+    vocab_size: int
+    max_target_positions: int
+    is_encoder_decoder: bool
+    max_source_positions: Optional[int] = None
+    decoder_start_token_id: Optional[int] = None
+    bos_token_id: Optional[int] = None
+    eos_token_id: Optional[int] = None
+    pad_token_id: Optional[int] = None
+    dtype: str = "float32"
+    seed: int = 0
+    skip_tokenizer_init: bool = False
+    hf_config: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _require_positive("vocab_size", self.vocab_size)
+        _require_positive("max_target_positions", self.max_target_positions)
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.is_encoder_decoder:
+            _require_positive("max_source_positions", self.max_source_positions)
+            if self.decoder_start_token_id is None:
+                raise ValueError("decoder_start_token_id is required for an encoder/decoder model")
+        elif self.max_source_positions is not None:
+            raise ValueError("max_source_positions is only meaningful for an encoder/decoder model")
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest decoder sequence (prompt + generated tokens) the model accepts."""
+        return self.max_target_positions
+
+    @property
+    def max_encoder_len(self) -> int:
+        """Longest encoder sequence; 0 for a decoder-only model."""
+        return self.max_source_positions or 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache geometry. Block counts may be given directly (tests) or derived from memory sizes."""
+
+    block_size: int = 16
+    kv_cache_space_gb: float = 4.0
+    swap_space_gb: float = 1.0
+    num_gpu_blocks: Optional[int] = None
+    num_cpu_blocks: Optional[int] = None
+    watermark: float = 0.01
+
+    def __post_init__(self) -> None:
+        _require_positive("block_size", self.block_size)
+        if self.kv_cache_space_gb <= 0:
+            raise ValueError(f"kv_cache_space_gb must be > 0, got {self.kv_cache_space_gb!r}")
+        if self.swap_space_gb < 0:
+            raise ValueError(f"swap_space_gb must be >= 0, got {self.swap_space_gb!r}")
+        _require_positive("num_gpu_blocks", self.num_gpu_blocks)
+        if self.num_cpu_blocks is not None and (not isinstance(self.num_cpu_blocks, int) or self.num_cpu_blocks < 0):
+            raise ValueError(f"num_cpu_blocks must be a non-negative integer, got {self.num_cpu_blocks!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig:
+    """Continuous-batching limits and policies."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 2048
+    max_encoder_len: int = 0
+    policy: str = "fcfs"
+    preemption_mode: str = "recompute"
+    enable_chunked_prefill: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _require_positive("max_num_seqs", self.max_num_seqs)
+        _require_positive("max_model_len", self.max_model_len)
+        if self.policy not in _POLICIES:
+            raise ValueError(f"policy must be one of {_POLICIES}, got {self.policy!r}")
+        if self.preemption_mode not in _PREEMPTION_MODES:
+            raise ValueError(f"preemption_mode must be one of {_PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        longest_prompt = max(self.max_model_len, self.max_encoder_len)
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < longest_prompt:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than the longest prompt the model "
+                f"accepts ({longest_prompt}); raise it or set enable_chunked_prefill=True")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceConfig:
+    """Where the model runs: 'cpu' or 'cuda'; 'auto' picks cuda when available."""
+
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+
+    @property
+    def resolved(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine is built from."""
+
+    model_config: ModelConfig
+    cache_config: CacheConfig
+    scheduler_config: SchedulerConfig
+    device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)

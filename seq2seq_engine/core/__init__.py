@@ -1,0 +1,1 @@
+"""Block manager and scheduler: the control side of continuous batching."""

@@ -1,0 +1,1 @@
+"""Sampler and logits processors."""

@@ -1,0 +1,298 @@
+"""Sequences and sequence groups: a request's decoder sequences beside its static encoder sequence."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any, Dict, List, Optional
+
+from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
+from seq2seq_engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    # Every status from here on is a finished one.
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH_CAPPED = 4
+    FINISHED_ABORTED = 5
+    FINISHED_IGNORED = 6
+
+    @staticmethod
+    def is_finished(status: "SequenceStatus") -> bool:
+        return status >= SequenceStatus.FINISHED_STOPPED
+
+    @staticmethod
+    def get_finished_reason(status: "SequenceStatus") -> Optional[str]:
+        return _FINISH_REASONS.get(status)
+
+
+_FINISH_REASONS = {
+    SequenceStatus.FINISHED_STOPPED: "stop",
+    SequenceStatus.FINISHED_LENGTH_CAPPED: "length",
+    SequenceStatus.FINISHED_ABORTED: "abort",
+    SequenceStatus.FINISHED_IGNORED: "length",
+}
+
+
+class SequenceStage(enum.Enum):
+    PREFILL = enum.auto()
+    DECODE = enum.auto()
+
+
+class SequenceData:
+    """Token ids of one sequence and how many of them already have K/V in the cache."""
+
+    def __init__(self, prompt_token_ids: List[int], output_token_ids: Optional[List[int]] = None) -> None:
+        self.prompt_token_ids: List[int] = list(prompt_token_ids)
+        self.output_token_ids: List[int] = list(output_token_ids or [])
+        self.cumulative_logprob = 0.0
+        self._num_computed_tokens = 0
+        self.stage = SequenceStage.PREFILL
+
+    def append_token_id(self, token_id: int, logprob: float) -> None:
+        self.output_token_ids.append(token_id)
+        self.cumulative_logprob += logprob
+
+    def get_len(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def get_prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def get_output_len(self) -> int:
+        return len(self.output_token_ids)
+
+    def get_token_ids(self) -> List[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    def get_last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    def get_num_computed_tokens(self) -> int:
+        return self._num_computed_tokens
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        self._num_computed_tokens += num_new_computed_tokens
+        if self._num_computed_tokens > self.get_len():
+            raise AssertionError(f"computed {self._num_computed_tokens} tokens of a {self.get_len()}-token sequence")
+        if self.get_num_uncomputed_tokens() == 0:
+            self.stage = SequenceStage.DECODE
+
+    def reset_state_for_recompute(self) -> None:
+        """Forget the cache: the whole sequence (prompt and outputs so far) is prefilled again."""
+        self._num_computed_tokens = 0
+        self.stage = SequenceStage.PREFILL
+
+    def get_num_uncomputed_tokens(self) -> int:
+        return self.get_len() - self._num_computed_tokens
+
+    def copy(self) -> "SequenceData":
+        clone = SequenceData(self.prompt_token_ids, self.output_token_ids)
+        clone.cumulative_logprob = self.cumulative_logprob
+        clone._num_computed_tokens = self._num_computed_tokens
+        clone.stage = self.stage
+        return clone
+
+    def __repr__(self) -> str:
+        return (f"SequenceData(prompt_len={self.get_prompt_len()}, output_len={self.get_output_len()}, "
+                f"num_computed_tokens={self._num_computed_tokens})")
+
+
+class Sequence:
+    """One token sequence: a decoder sequence that grows, or a request's static encoder sequence."""
+
+    def __init__(self, seq_id: int, inputs: SingletonInputs, block_size: int,
+                 eos_token_id: Optional[int] = None) -> None:
+        self.seq_id = seq_id
+        self.inputs = inputs
+        self.block_size = block_size
+        self.eos_token_id = eos_token_id
+        self.data = SequenceData(list(inputs.prompt_token_ids))
+        self.status = SequenceStatus.WAITING
+        self.stop_reason: Optional[Any] = None
+        self.output_text = ""
+        self.output_logprobs: List[Dict[int, float]] = []
+        # Incremental detokenizer state.
+        self.tokens: Optional[List[str]] = None
+        self.prefix_offset = 0
+        self.read_offset = 0
+
+    @property
+    def prompt(self) -> Optional[str]:
+        return self.inputs.prompt
+
+    @property
+    def prompt_token_ids(self) -> List[int]:
+        return self.data.prompt_token_ids
+
+    @property
+    def n_blocks(self) -> int:
+        """Blocks needed to hold K/V for every token of the sequence."""
+        return math.ceil(self.data.get_len() / self.block_size)
+
+    def get_len(self) -> int:
+        return self.data.get_len()
+
+    def get_token_ids(self) -> List[int]:
+        return self.data.get_token_ids()
+
+    def get_output_len(self) -> int:
+        return self.data.get_output_len()
+
+    def get_last_token_id(self) -> int:
+        return self.data.get_last_token_id()
+
+    def append_token_id(self, token_id: int, logprobs: Dict[int, float]) -> None:
+        self.output_logprobs.append(logprobs)
+        self.data.append_token_id(token_id, logprobs[token_id])
+
+    def is_finished(self) -> bool:
+        return SequenceStatus.is_finished(self.status)
+
+    def is_prefill(self) -> bool:
+        return self.data.stage == SequenceStage.PREFILL
+
+    def reset_state_for_recompute(self) -> None:
+        self.data.reset_state_for_recompute()
+
+    def fork(self, new_seq_id: int) -> "Sequence":
+        child = Sequence(new_seq_id, self.inputs, self.block_size, self.eos_token_id)
+        child.data = self.data.copy()
+        child.status = self.status
+        child.output_text = self.output_text
+        child.output_logprobs = list(self.output_logprobs)
+        child.tokens = list(self.tokens) if self.tokens is not None else None
+        child.prefix_offset, child.read_offset = self.prefix_offset, self.read_offset
+        return child
+
+    def __repr__(self) -> str:
+        return f"Sequence(seq_id={self.seq_id}, status={self.status.name}, num_blocks={self.n_blocks})"
+
+
+class SequenceGroup:
+    """A request: its decoder sequences (one, or several for n/best_of/beams) and, for an
+    encoder/decoder model, one static encoder sequence whose K/V live in the request's cross blocks."""
+
+    def __init__(self, request_id: str, seqs: List[Sequence], arrival_time: float,
+                 sampling_params: Optional[SamplingParams] = None, encoder_seq: Optional[Sequence] = None,
+                 inputs: Optional[EncoderDecoderInputs] = None, priority: int = 0) -> None:
+        if not seqs:
+            raise ValueError("a sequence group needs at least one decoder sequence")
+        self.request_id = request_id
+        self.seqs_dict: Dict[int, Sequence] = {seq.seq_id: seq for seq in seqs}
+        self.arrival_time = arrival_time
+        self.sampling_params = sampling_params
+        self.encoder_seq = encoder_seq
+        self.inputs = inputs
+        self.priority = priority
+        self.first_scheduled_time: Optional[float] = None
+        self.num_preemptions = 0
+        self.ignored_reason: Optional[str] = None
+
+    def is_encoder_decoder(self) -> bool:
+        return self.encoder_seq is not None
+
+    def get_encoder_seq(self) -> Optional[Sequence]:
+        return self.encoder_seq
+
+    @property
+    def first_seq(self) -> Sequence:
+        return next(iter(self.seqs_dict.values()))
+
+    @property
+    def prompt(self) -> Optional[str]:
+        return self.first_seq.prompt
+
+    @property
+    def prompt_token_ids(self) -> List[int]:
+        return self.first_seq.prompt_token_ids
+
+    @property
+    def encoder_prompt(self) -> Optional[str]:
+        return self.encoder_seq.prompt if self.encoder_seq else None
+
+    @property
+    def encoder_prompt_token_ids(self) -> Optional[List[int]]:
+        return self.encoder_seq.prompt_token_ids if self.encoder_seq else None
+
+    def get_max_num_running_seqs(self) -> int:
+        """The most sequences this group will run at once over its lifetime."""
+        if self.sampling_params is not None and self.is_prefill():
+            return max(self.sampling_params.best_of, self.num_unfinished_seqs())
+        return self.num_unfinished_seqs()
+
+    def get_seqs(self, status: Optional[SequenceStatus] = None) -> List[Sequence]:
+        if status is None:
+            return list(self.seqs_dict.values())
+        return [seq for seq in self.seqs_dict.values() if seq.status == status]
+
+    def get_unfinished_seqs(self) -> List[Sequence]:
+        return [seq for seq in self.seqs_dict.values() if not seq.is_finished()]
+
+    def get_finished_seqs(self) -> List[Sequence]:
+        return [seq for seq in self.seqs_dict.values() if seq.is_finished()]
+
+    def num_seqs(self, status: Optional[SequenceStatus] = None) -> int:
+        return len(self.get_seqs(status))
+
+    def num_unfinished_seqs(self) -> int:
+        return len(self.get_unfinished_seqs())
+
+    def find(self, seq_id: int) -> Sequence:
+        return self.seqs_dict[seq_id]
+
+    def add(self, seq: Sequence) -> None:
+        if seq.seq_id in self.seqs_dict:
+            raise ValueError(f"sequence {seq.seq_id} already exists in request {self.request_id}")
+        self.seqs_dict[seq.seq_id] = seq
+
+    def remove(self, seq_id: int) -> None:
+        del self.seqs_dict[seq_id]
+
+    def is_finished(self) -> bool:
+        return all(seq.is_finished() for seq in self.seqs_dict.values())
+
+    def is_prefill(self) -> bool:
+        return self.first_seq.is_prefill()
+
+    def get_num_uncomputed_tokens(self) -> int:
+        """Decoder tokens still to run through the model; the encoder is counted separately."""
+        return sum(seq.data.get_num_uncomputed_tokens() for seq in self.get_unfinished_seqs())
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        for seq in self.seqs_dict.values():
+            if not seq.is_finished():
+                seq.data.update_num_computed_tokens(num_new_computed_tokens)
+
+    def __repr__(self) -> str:
+        return (f"SequenceGroup(request_id={self.request_id}, num_seqs={len(self.seqs_dict)}, "
+                f"encoder_len={self.encoder_seq.get_len() if self.encoder_seq else 0})")
+
+
+@dataclasses.dataclass
+class SequenceGroupMetadata:
+    """What the model runner needs of one scheduled request for one step."""
+
+    request_id: str
+    is_prompt: bool
+    seq_data: Dict[int, SequenceData]
+    sampling_params: Optional[SamplingParams]
+    block_tables: Dict[int, List[int]]
+    do_sample: bool = True
+    token_chunk_size: Optional[int] = None
+    encoder_seq_data: Optional[SequenceData] = None
+    cross_block_table: Optional[List[int]] = None
+    multi_modal_data: Optional[Dict[str, Any]] = None
+
+    def __post_init__(self) -> None:
+        if self.token_chunk_size is None:
+            only = next(iter(self.seq_data.values()))
+            self.token_chunk_size = only.get_len() if self.is_prompt else 1
+        if (self.encoder_seq_data is None) != (self.cross_block_table is None):
+            raise ValueError("encoder_seq_data and cross_block_table come together or not at all")
+
+    def is_encoder_decoder(self) -> bool:
+        return self.encoder_seq_data is not None

@@ -1,0 +1,1 @@
+"""Cache engine and model runner: turn scheduled batches into model calls."""
