@@ -1,0 +1,270 @@
+"""Continuous-batching scheduler: waiting/running/swapped queues, token budgets, preemption."""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Deque, Iterable, List, Tuple, Union
+
+from seq2seq_engine.config import CacheConfig, SchedulerConfig
+from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
+from seq2seq_engine.core.scheduler_outputs import ScheduledSequenceGroup, SchedulerOutputs, SchedulingBudget
+from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceGroupMetadata, SequenceStatus
+
+
+@dataclasses.dataclass
+class _StepState:
+    """Mutable bookkeeping of one schedule() call."""
+
+    budget: SchedulingBudget
+    prefills: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
+    decodes: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
+    blocks_to_swap_in: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    blocks_to_swap_out: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    blocks_to_copy: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    ignored: List[SequenceGroup] = dataclasses.field(default_factory=list)
+    num_preempted: int = 0
+    num_encoder_tokens: int = 0
+
+
+class Scheduler:
+    """Decides, step by step, which requests run and how many of their tokens."""
+
+    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig) -> None:
+        if cache_config.num_gpu_blocks is None or cache_config.num_cpu_blocks is None:
+            raise ValueError("the scheduler needs cache_config.num_gpu_blocks and num_cpu_blocks to be set")
+        self.scheduler_config = scheduler_config
+        self.cache_config = cache_config
+        self.block_manager = BlockSpaceManager(cache_config.block_size, cache_config.num_gpu_blocks,
+                                               cache_config.num_cpu_blocks, cache_config.watermark)
+        self.waiting: Deque[SequenceGroup] = deque()
+        self.running: Deque[SequenceGroup] = deque()
+        self.swapped: Deque[SequenceGroup] = deque()
+        self.num_cumulative_preemption = 0
+
+    # ----------------------------------------------------------------- queue management
+    def add_seq_group(self, seq_group: SequenceGroup) -> None:
+        self.waiting.append(seq_group)
+
+    def has_unfinished_seqs(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def get_num_unfinished_seq_groups(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    def abort_seq_group(self, request_id: Union[str, Iterable[str]]) -> None:
+        """Finish the named requests wherever they are, returning their self and cross blocks."""
+        request_ids = {request_id} if isinstance(request_id, str) else set(request_id)
+        for queue in (self.waiting, self.running, self.swapped):
+            aborted = [group for group in queue if group.request_id in request_ids]
+            for group in aborted:
+                queue.remove(group)
+                for seq in group.get_unfinished_seqs():
+                    seq.status = SequenceStatus.FINISHED_ABORTED
+                self._free_group(group)
+
+    def free_seq(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+
+    def fork_seq(self, parent_seq: Sequence, child_seq: Sequence) -> None:
+        self.block_manager.fork(parent_seq, child_seq)
+
+    def free_finished_seq_groups(self) -> List[SequenceGroup]:
+        """Drop finished requests from the running queue, freeing their self AND cross blocks."""
+        finished = [group for group in self.running if group.is_finished()]
+        self.running = deque(group for group in self.running if not group.is_finished())
+        for group in finished:
+            self._free_group(group)
+        return finished
+
+    def _free_group(self, seq_group: SequenceGroup) -> None:
+        for seq in seq_group.get_seqs():
+            self.block_manager.free(seq)
+        self.block_manager.free_cross(seq_group)
+
+    def _sort_key(self, seq_group: SequenceGroup):
+        priority = seq_group.priority if self.scheduler_config.policy == "priority" else 0
+        return (priority, seq_group.arrival_time)
+
+    # ----------------------------------------------------------------- the step
+    def schedule(self) -> Tuple[List[SequenceGroupMetadata], SchedulerOutputs]:
+        """Decodes first, then swap-ins, then new prefills, each within the step's budget."""
+        config = self.scheduler_config
+        state = _StepState(SchedulingBudget(config.max_num_batched_tokens, config.max_num_seqs))
+        self.running = deque(sorted(self.running, key=self._sort_key))
+        self._schedule_running(state)
+        if state.num_preempted == 0:
+            self._schedule_swapped(state)
+        if not self.swapped:
+            self._schedule_waiting(state)
+        scheduled = state.prefills + state.decodes
+        outputs = SchedulerOutputs(
+            scheduled_seq_groups=scheduled, num_prefill_groups=len(state.prefills),
+            num_batched_tokens=state.budget.num_batched_tokens - state.num_encoder_tokens,
+            num_encoder_tokens=state.num_encoder_tokens,
+            blocks_to_swap_in=state.blocks_to_swap_in, blocks_to_swap_out=state.blocks_to_swap_out,
+            blocks_to_copy=state.blocks_to_copy, ignored_seq_groups=state.ignored,
+            preempted=state.num_preempted, running_queue_size=len(self.running))
+        return [self._make_metadata(s) for s in scheduled], outputs
+
+    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget) -> int:
+        """Decoder tokens to run now: 1 per sequence when decoding, a (possibly chunked) prompt otherwise."""
+        if not seq_group.is_prefill():
+            return seq_group.num_unfinished_seqs()
+        num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
+        chunkable = self.scheduler_config.enable_chunked_prefill and not seq_group.is_encoder_decoder()
+        if chunkable:
+            num_new_tokens = min(num_new_tokens, budget.remaining_token_budget())
+        return num_new_tokens
+
+    @staticmethod
+    def _encoder_tokens(seq_group: SequenceGroup) -> int:
+        """Encoder tokens run this step: all of them at a request's (never chunked) first step."""
+        if seq_group.encoder_seq is None or not seq_group.is_prefill():
+            return 0
+        return seq_group.encoder_seq.get_len()
+
+    def _schedule_running(self, state: _StepState) -> None:
+        kept: Deque[SequenceGroup] = deque()
+        while self.running:
+            seq_group = self.running.popleft()
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
+            cost = num_new_tokens + self._encoder_tokens(seq_group)
+            if num_new_tokens == 0 or not state.budget.can_schedule(cost, 0):
+                kept.append(seq_group)  # Out of budget: stays running, holds its blocks, runs next step.
+                state.budget.add(0, seq_group.get_max_num_running_seqs())
+                continue
+            while not self.block_manager.can_append_slots(seq_group) and self.running:
+                self._preempt(self.running.pop(), state)
+            if not self.block_manager.can_append_slots(seq_group):
+                self._preempt(seq_group, state)
+                continue
+            self._append_slots(seq_group, state)
+            self._add_scheduled(seq_group, num_new_tokens, state)
+            kept.append(seq_group)
+        self.running = kept
+
+    def _schedule_swapped(self, state: _StepState) -> None:
+        self.swapped = deque(sorted(self.swapped, key=self._sort_key))
+        while self.swapped:
+            seq_group = self.swapped[0]
+            status = self.block_manager.can_swap_in(seq_group)
+            if status == AllocStatus.LATER:
+                break
+            if status == AllocStatus.NEVER:
+                self.swapped.popleft()
+                self._ignore(seq_group, "its blocks no longer fit in the device KV cache", state)
+                continue
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
+            if num_new_tokens == 0 or not state.budget.can_schedule(
+                    num_new_tokens, seq_group.get_max_num_running_seqs()):
+                break
+            self.swapped.popleft()
+            state.blocks_to_swap_in.extend(self.block_manager.swap_in(seq_group))
+            for seq in seq_group.get_seqs(SequenceStatus.SWAPPED):
+                seq.status = SequenceStatus.RUNNING
+            self._append_slots(seq_group, state)
+            self._add_scheduled(seq_group, num_new_tokens, state)
+            self.running.append(seq_group)
+
+    def _schedule_waiting(self, state: _StepState) -> None:
+        self.waiting = deque(sorted(self.waiting, key=self._sort_key))
+        while self.waiting:
+            seq_group = self.waiting[0]
+            reason = self._too_long_reason(seq_group)
+            if reason is None and self.block_manager.can_allocate(seq_group) == AllocStatus.NEVER:
+                reason = "it needs more KV-cache blocks than the whole device pool holds"
+            if reason is not None:
+                self.waiting.popleft()
+                self._ignore(seq_group, reason, state)
+                continue
+            if self.block_manager.can_allocate(seq_group) == AllocStatus.LATER:
+                break
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
+            cost = num_new_tokens + self._encoder_tokens(seq_group)
+            if num_new_tokens == 0 or not state.budget.can_schedule(cost, seq_group.get_max_num_running_seqs()):
+                break
+            self.waiting.popleft()
+            self.block_manager.allocate(seq_group)
+            for seq in seq_group.get_seqs(SequenceStatus.WAITING):
+                seq.status = SequenceStatus.RUNNING
+            self._add_scheduled(seq_group, num_new_tokens, state)
+            self.running.append(seq_group)
+
+    def _too_long_reason(self, seq_group: SequenceGroup):
+        config = self.scheduler_config
+        prompt_len = seq_group.first_seq.get_len()
+        if prompt_len > config.max_model_len:
+            return f"decoder prompt of {prompt_len} tokens exceeds max_model_len={config.max_model_len}"
+        encoder_len = seq_group.encoder_seq.get_len() if seq_group.encoder_seq is not None else 0
+        if encoder_len > config.max_encoder_len:
+            return f"encoder prompt of {encoder_len} tokens exceeds max_encoder_len={config.max_encoder_len}"
+        chunkable = config.enable_chunked_prefill and not seq_group.is_encoder_decoder()
+        if not chunkable and prompt_len + encoder_len > config.max_num_batched_tokens:
+            return (f"prefill of {prompt_len} decoder + {encoder_len} encoder tokens exceeds "
+                    f"max_num_batched_tokens={config.max_num_batched_tokens}")
+        return None
+
+    def _ignore(self, seq_group: SequenceGroup, reason: str, state: _StepState) -> None:
+        seq_group.ignored_reason = reason
+        for seq in seq_group.get_unfinished_seqs():
+            seq.status = SequenceStatus.FINISHED_IGNORED
+        self._free_group(seq_group)
+        state.ignored.append(seq_group)
+
+    def _append_slots(self, seq_group: SequenceGroup, state: _StepState) -> None:
+        for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
+            state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
+
+    def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState) -> None:
+        is_prompt = seq_group.is_prefill()
+        encoder_tokens = self._encoder_tokens(seq_group)
+        state.num_encoder_tokens += encoder_tokens
+        state.budget.add(num_new_tokens + encoder_tokens, seq_group.get_max_num_running_seqs())
+        chunk = num_new_tokens if is_prompt else 1
+        target = state.prefills if is_prompt else state.decodes
+        target.append(ScheduledSequenceGroup(seq_group, chunk, is_prompt))
+
+    # ----------------------------------------------------------------- preemption
+    def _preempt(self, seq_group: SequenceGroup, state: _StepState) -> None:
+        """Recompute a single-sequence request; swap a multi-sequence one (its beams cannot be re-derived)."""
+        state.num_preempted += 1
+        self.num_cumulative_preemption += 1
+        seq_group.num_preemptions += 1
+        single = seq_group.get_max_num_running_seqs() == 1
+        if single and self.scheduler_config.preemption_mode == "recompute":
+            self._preempt_by_recompute(seq_group)
+        elif self.block_manager.can_swap_out(seq_group):
+            state.blocks_to_swap_out.extend(self.block_manager.swap_out(seq_group))
+            for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
+                seq.status = SequenceStatus.SWAPPED
+            self.swapped.append(seq_group)
+        elif single:
+            self._preempt_by_recompute(seq_group)
+        else:
+            self._ignore(seq_group, "preempted with no CPU swap space left for its sequences", state)
+
+    def _preempt_by_recompute(self, seq_group: SequenceGroup) -> None:
+        for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
+            seq.status = SequenceStatus.WAITING
+            self.block_manager.free(seq)
+            seq.reset_state_for_recompute()
+        self.block_manager.free_cross(seq_group)
+        self.waiting.appendleft(seq_group)
+
+    # ----------------------------------------------------------------- metadata
+    def _make_metadata(self, scheduled: ScheduledSequenceGroup) -> SequenceGroupMetadata:
+        seq_group = scheduled.seq_group
+        running = seq_group.get_seqs(SequenceStatus.RUNNING)
+        first = running[0].data
+        completes_prompt = first.get_num_computed_tokens() + scheduled.token_chunk_size >= first.get_len()
+        has_encoder = seq_group.encoder_seq is not None
+        return SequenceGroupMetadata(
+            request_id=seq_group.request_id, is_prompt=scheduled.is_prompt,
+            seq_data={seq.seq_id: seq.data for seq in running},
+            sampling_params=seq_group.sampling_params,
+            block_tables={seq.seq_id: self.block_manager.get_block_table(seq) for seq in running},
+            do_sample=not scheduled.is_prompt or completes_prompt,
+            token_chunk_size=scheduled.token_chunk_size,
+            encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
+            cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,
+            multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None)

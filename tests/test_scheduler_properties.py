@@ -1,0 +1,82 @@
+"""Hypothesis: random workloads through the scheduler keep budgets and block accounting, and all finish."""
+import itertools
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_sim import make_group, make_scheduler, run_step
+from seq2seq_engine.sequence import SequenceStatus
+
+BLOCK_SIZE = 4
+
+request_spec = st.tuples(st.integers(1, 24), st.integers(0, 24), st.integers(1, 12), st.integers(0, 3))
+workload = st.fixed_dictionaries({
+    "requests": st.lists(request_spec, min_size=1, max_size=12),
+    "num_gpu_blocks": st.integers(8, 40),
+    "num_cpu_blocks": st.integers(0, 40),
+    "max_num_seqs": st.integers(1, 6),
+    "max_num_batched_tokens": st.integers(48, 96),
+    "preemption_mode": st.sampled_from(["recompute", "swap"]),
+    "policy": st.sampled_from(["fcfs", "priority"]),
+    "enable_chunked_prefill": st.booleans(),
+    "abort_at": st.lists(st.tuples(st.integers(0, 40), st.integers(0, 11)), max_size=3),
+})
+
+
+def _check_step(scheduler, record, config):
+    assert record.num_batched_tokens + record.num_encoder_tokens <= config["max_num_batched_tokens"]
+    assert record.num_seqs <= config["max_num_seqs"]
+    assert len(set(record.scheduled_ids)) == len(record.scheduled_ids)
+    manager = scheduler.block_manager
+    held_gpu, held_cpu = set(), set()
+    for table in list(manager.block_tables.values()) + list(manager.cross_block_tables.values()):
+        for block in table:
+            assert block.ref_count == 1  # n=1 requests never share blocks
+            held = held_gpu if block.device.name == "GPU" else held_cpu
+            assert block.block_number not in held, "a block is owned twice"
+            held.add(block.block_number)
+    assert manager.get_num_free_gpu_blocks() == config["num_gpu_blocks"] - len(held_gpu)
+    assert manager.get_num_free_cpu_blocks() == config["num_cpu_blocks"] - len(held_cpu)
+    for group in scheduler.running:
+        for seq in group.get_seqs(SequenceStatus.RUNNING):
+            assert len(manager.block_tables[seq.seq_id]) * BLOCK_SIZE >= seq.data.get_num_computed_tokens()
+        if group.encoder_seq is not None:
+            assert len(manager.cross_block_tables[group.request_id]) == math.ceil(
+                group.encoder_seq.get_len() / BLOCK_SIZE)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workload)
+def test_random_workloads_finish_within_budgets_and_return_every_block(config):
+    scheduler = make_scheduler(
+        num_gpu_blocks=config["num_gpu_blocks"], num_cpu_blocks=config["num_cpu_blocks"], block_size=BLOCK_SIZE,
+        max_num_seqs=config["max_num_seqs"], max_num_batched_tokens=config["max_num_batched_tokens"],
+        preemption_mode=config["preemption_mode"], policy=config["policy"],
+        enable_chunked_prefill=config["enable_chunked_prefill"], max_model_len=48, max_encoder_len=48)
+    ids = itertools.count()
+    groups = [make_group(f"r{i}", dec, enc, BLOCK_SIZE, max_tokens, ids, arrival_time=float(i), priority=prio)
+              for i, (dec, enc, max_tokens, prio) in enumerate(config["requests"])]
+    for group in groups:
+        scheduler.add_seq_group(group)
+    aborts = {step: f"r{index}" for step, index in config["abort_at"]}
+    step = 0
+    while scheduler.has_unfinished_seqs():
+        if step in aborts:
+            scheduler.abort_seq_group(aborts[step])
+        record = run_step(scheduler)
+        _check_step(scheduler, record, config)
+        step += 1
+        assert step < 2000, "scheduler made no progress"
+    for group in groups:
+        status = group.first_seq.status
+        assert SequenceStatus.is_finished(status)
+        if status == SequenceStatus.FINISHED_LENGTH_CAPPED:
+            assert group.first_seq.get_output_len() == group.sampling_params.max_tokens
+        elif status == SequenceStatus.FINISHED_IGNORED:
+            assert group.ignored_reason
+        else:
+            assert status == SequenceStatus.FINISHED_ABORTED and group.request_id in aborts.values()
+    assert scheduler.block_manager.get_num_free_gpu_blocks() == config["num_gpu_blocks"]
+    assert scheduler.block_manager.get_num_free_cpu_blocks() == config["num_cpu_blocks"]
+    assert not scheduler.block_manager.block_tables and not scheduler.block_manager.cross_block_tables
