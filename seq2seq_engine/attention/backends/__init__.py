@@ -1,0 +1,1 @@
+"""Attention backends: `torch` (any device, the CPU default) and `xformers` (CUDA prefill kernels)."""

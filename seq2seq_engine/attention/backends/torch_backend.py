@@ -1,0 +1,123 @@
+"""The torch attention backend: prefill attention computed per block of the xformers bias with
+scaled_dot_product_attention (equal-shaped neighbouring blocks batched), decode through the paged kernels."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from seq2seq_engine.attention.bias import (AttentionBias, BlockDiagonalCausalFromBottomRightMask, is_causal,
+                                           segment_bounds)
+from seq2seq_engine.attention.metadata import AttentionMetadata
+from seq2seq_engine.attention.types import AttentionType
+from seq2seq_engine.kernels import paged_attention, reshape_and_cache
+
+KVCache = Tuple[torch.Tensor, torch.Tensor]
+
+
+def _runs_of_equal_shape(bias: AttentionBias) -> List[Tuple[int, int, int, int, int]]:
+    """Group neighbouring blocks of equal (q_len, k_len): (q_start, k_start, count, q_len, k_len)."""
+    runs: List[List[int]] = []
+    for q_start, q_end, k_start, k_end in segment_bounds(bias):
+        q_len, k_len = q_end - q_start, k_end - k_start
+        if runs and runs[-1][3] == q_len and runs[-1][4] == k_len:
+            runs[-1][2] += 1
+        else:
+            runs.append([q_start, k_start, 1, q_len, k_len])
+    return [tuple(run) for run in runs]
+
+
+def _causal_mask(q_len: int, k_len: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
+    shift = k_len - q_len if bottom_right else 0
+    rows = torch.arange(q_len, device=device)[:, None]
+    cols = torch.arange(k_len, device=device)[None, :]
+    return cols <= rows + shift
+
+
+def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: AttentionBias,
+                     scale: float) -> torch.Tensor:
+    """Block-diagonal attention. query [Tq, H, D]; key/value [Tk, Hkv, D]; returns [Tq, H, D]."""
+    num_heads, head_size = query.shape[1], query.shape[2]
+    num_kv_heads = key.shape[1]
+    causal = is_causal(bias)
+    bottom_right = isinstance(bias, BlockDiagonalCausalFromBottomRightMask)
+    output = torch.empty_like(query)
+    for q_start, k_start, count, q_len, k_len in _runs_of_equal_shape(bias):
+        q = query[q_start:q_start + count * q_len].view(count, q_len, num_heads, head_size).transpose(1, 2)
+        k = key[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
+        v = value[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
+        mask, use_is_causal = None, False
+        if causal and q_len == k_len:
+            use_is_causal = True
+        elif causal:
+            mask = _causal_mask(q_len, k_len, bottom_right, query.device)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=use_is_causal, scale=scale,
+                                             enable_gqa=num_heads != num_kv_heads)
+        output[q_start:q_start + count * q_len] = out.transpose(1, 2).reshape(count * q_len, num_heads, head_size)
+    return output
+
+
+def _gather_context(kv_cache: KVCache, block_tables: torch.Tensor, bias: AttentionBias) -> KVCache:
+    """K/V of whole prefill sequences (cached context + new tokens) read back from the paged cache."""
+    key_cache, value_cache = kv_cache
+    block_size = key_cache.shape[1]
+    keys, values = [], []
+    for row, (_, _, k_start, k_end) in enumerate(segment_bounds(bias)):
+        seq_len = k_end - k_start
+        blocks = block_tables[row, :(seq_len + block_size - 1) // block_size].long()
+        keys.append(key_cache[blocks].flatten(0, 1)[:seq_len])
+        values.append(value_cache[blocks].flatten(0, 1)[:seq_len])
+    return torch.cat(keys), torch.cat(values)
+
+
+class TorchAttentionBackend:
+    """Runs one attention call of any type; works on any device."""
+
+    name = "torch"
+
+    def prefill_attention(self, query, key, value, bias, scale):
+        return varlen_attention(query, key, value, bias, scale)
+
+    def forward(self, attn_type: AttentionType, query: torch.Tensor, key: Optional[torch.Tensor],
+                value: Optional[torch.Tensor], kv_cache: Optional[KVCache], metadata: AttentionMetadata,
+                scale: float) -> torch.Tensor:
+        if attn_type == AttentionType.ENCODER:
+            return self.prefill_attention(query, key, value, metadata.encoder.bias, scale)
+        if attn_type == AttentionType.DECODER:
+            return self._decoder_self(query, key, value, kv_cache, metadata, scale)
+        return self._cross(query, key, value, kv_cache, metadata, scale)
+
+    def _decoder_self(self, query, key, value, kv_cache, metadata, scale):
+        self_md = metadata.self_attn
+        if kv_cache is not None:
+            reshape_and_cache(key, value, kv_cache[0], kv_cache[1], self_md.slot_mapping)
+        num_prefill_tokens = metadata.num_prefill_tokens
+        output = torch.empty_like(query)
+        if metadata.num_prefills:
+            prefill_key, prefill_value = key[:num_prefill_tokens], value[:num_prefill_tokens]
+            if self_md.prefill_block_tables is not None:
+                prefill_key, prefill_value = _gather_context(kv_cache, self_md.prefill_block_tables,
+                                                             self_md.prefill_bias)
+            output[:num_prefill_tokens] = self.prefill_attention(
+                query[:num_prefill_tokens], prefill_key, prefill_value, self_md.prefill_bias, scale)
+        if metadata.num_decode_tokens:
+            output[num_prefill_tokens:] = paged_attention(
+                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], self_md.decode_block_tables,
+                self_md.decode_seq_lens, scale, self_md.max_decode_seq_len)
+        return output
+
+    def _cross(self, query, key, value, kv_cache, metadata, scale):
+        cross_md = metadata.cross
+        if key is not None and kv_cache is not None:
+            reshape_and_cache(key, value, kv_cache[0], kv_cache[1], cross_md.cross_slot_mapping)
+        num_prefill_tokens = metadata.num_prefill_tokens
+        output = torch.empty_like(query)
+        if metadata.num_prefills:
+            output[:num_prefill_tokens] = self.prefill_attention(
+                query[:num_prefill_tokens], key, value, cross_md.prefill_bias, scale)
+        if metadata.num_decode_tokens:
+            output[num_prefill_tokens:] = paged_attention(
+                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], cross_md.decode_block_tables,
+                cross_md.decode_encoder_lens, scale, cross_md.max_decode_encoder_len)
+        return output

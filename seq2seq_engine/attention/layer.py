@@ -1,0 +1,44 @@
+"""The Attention layer models use: fixed attention type and head geometry, dispatching to a backend."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from seq2seq_engine.attention.backends.torch_backend import KVCache, TorchAttentionBackend
+from seq2seq_engine.attention.backends.xformers_backend import select_backend
+from seq2seq_engine.attention.metadata import AttentionMetadata
+from seq2seq_engine.attention.types import AttentionType
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) attention over a flattened batch.
+
+    query is [num_q_tokens, num_heads * head_size]; key/value are [num_kv_tokens, num_kv_heads * head_size].
+    For ENCODER_DECODER layers key/value are the encoder output's projections of this step's prefill
+    requests, or None when the step has no prefill (decodes read the cross blocks).
+    """
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None,
+                 attn_type: AttentionType = AttentionType.DECODER,
+                 backend: Optional[TorchAttentionBackend] = None) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = scale
+        self.num_kv_heads = num_kv_heads or num_heads
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        self.attn_type = attn_type
+        self.backend = backend
+
+    def forward(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
+        backend = self.backend or select_backend(query.device)
+        query = query.view(-1, self.num_heads, self.head_size)
+        if key is not None:
+            key = key.view(-1, self.num_kv_heads, self.head_size)
+            value = value.view(-1, self.num_kv_heads, self.head_size)
+        output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale)
+        return output.view(-1, self.num_heads * self.head_size)

@@ -1,0 +1,108 @@
+"""Persistent CPU buffers of the running sequences (token ids, block tables) and the vectorised
+computation of a step's flattened inputs from them (positions, input ids, slot mapping, ...)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterable, List, Sequence as Seq
+
+import numpy as np
+
+from seq2seq_engine.sequence import SequenceData
+
+
+@dataclasses.dataclass
+class FlatInputs:
+    """A step's decoder inputs, one entry per scheduled token (or per request for the per-request arrays)."""
+
+    req_indices: np.ndarray           # [num_tokens] row of the token's request
+    positions: np.ndarray             # [num_tokens]
+    token_indices: np.ndarray         # [num_tokens] flat index into the token-id table
+    input_ids: np.ndarray             # [num_tokens]
+    block_numbers: np.ndarray         # [num_tokens]
+    slot_mapping: np.ndarray          # [num_tokens]
+    query_start_loc: np.ndarray       # [num_reqs + 1]
+    seq_lens: np.ndarray              # [num_reqs] computed + scheduled tokens
+    num_computed_tokens: np.ndarray   # [num_reqs]
+    max_query_len: int
+    num_tokens: int
+
+
+def prepare_flat_inputs(rows: np.ndarray, num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray,
+                        token_table: np.ndarray, block_table: np.ndarray, block_size: int) -> FlatInputs:
+    """Everything per token, computed with array operations from the persistent tables (no per-token loop)."""
+    max_model_len, max_blocks_per_req = token_table.shape[1], block_table.shape[1]
+    query_start_loc = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(num_scheduled_tokens, out=query_start_loc[1:])
+    num_tokens = int(query_start_loc[-1])
+    req_indices = np.repeat(rows, num_scheduled_tokens)
+    # Offset of each token inside its request's scheduled chunk: 0, 1, ..., n_i - 1 for each request i.
+    offsets = np.arange(num_tokens, dtype=np.int64) - np.repeat(query_start_loc[:-1], num_scheduled_tokens)
+    positions = np.repeat(num_computed_tokens, num_scheduled_tokens) + offsets
+    token_indices = positions + req_indices * max_model_len
+    input_ids = token_table.reshape(-1)[token_indices]
+    block_table_indices = req_indices * max_blocks_per_req + positions // block_size
+    block_numbers = block_table.reshape(-1)[block_table_indices].astype(np.int64)
+    slot_mapping = block_numbers * block_size + positions % block_size
+    return FlatInputs(
+        req_indices=req_indices, positions=positions, token_indices=token_indices, input_ids=input_ids,
+        block_numbers=block_numbers, slot_mapping=slot_mapping, query_start_loc=query_start_loc,
+        seq_lens=num_computed_tokens + num_scheduled_tokens, num_computed_tokens=num_computed_tokens,
+        max_query_len=int(num_scheduled_tokens.max()) if len(rows) else 0, num_tokens=num_tokens)
+
+
+class InputBatch:
+    """Rows of token ids and block numbers, one row per live decoder sequence, kept across steps:
+    each step only writes what changed (new tokens, new blocks)."""
+
+    def __init__(self, max_num_seqs: int, max_model_len: int, block_size: int) -> None:
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        self.token_ids = np.zeros((max_num_seqs, max_model_len), dtype=np.int64)
+        self.block_table = np.zeros((max_num_seqs, self.max_blocks_per_seq), dtype=np.int32)
+        self._num_synced_tokens = np.zeros(max_num_seqs, dtype=np.int64)
+        self._row_of_seq: Dict[int, int] = {}
+        self._free_rows: List[int] = list(reversed(range(max_num_seqs)))
+
+    def _grow(self) -> None:
+        capacity = self.token_ids.shape[0]
+        self.token_ids = np.concatenate([self.token_ids, np.zeros_like(self.token_ids)])
+        self.block_table = np.concatenate([self.block_table, np.zeros_like(self.block_table)])
+        self._num_synced_tokens = np.concatenate([self._num_synced_tokens, np.zeros_like(self._num_synced_tokens)])
+        self._free_rows = list(reversed(range(capacity, 2 * capacity))) + self._free_rows
+
+    def row_of(self, seq_id: int) -> int:
+        row = self._row_of_seq.get(seq_id)
+        if row is None:
+            if not self._free_rows:
+                self._grow()
+            row = self._free_rows.pop()
+            self._row_of_seq[seq_id] = row
+            self._num_synced_tokens[row] = 0
+        return row
+
+    def sync(self, seq_id: int, seq_data: SequenceData, block_table: Seq[int]) -> int:
+        """Write the sequence's tokens not yet in its row, and its current block table; returns the row."""
+        row = self.row_of(seq_id)
+        synced, total = int(self._num_synced_tokens[row]), seq_data.get_len()
+        if total > self.max_model_len:
+            raise ValueError(f"sequence {seq_id} has {total} tokens, more than max_model_len={self.max_model_len}")
+        if synced < total:
+            prompt_len = seq_data.get_prompt_len()
+            if synced < prompt_len:
+                self.token_ids[row, synced:prompt_len] = seq_data.prompt_token_ids[synced:]
+                synced = prompt_len
+            self.token_ids[row, synced:total] = seq_data.output_token_ids[synced - prompt_len:]
+            self._num_synced_tokens[row] = total
+        self.block_table[row, :len(block_table)] = block_table
+        return row
+
+    def release(self, seq_ids: Iterable[int]) -> None:
+        for seq_id in seq_ids:
+            row = self._row_of_seq.pop(seq_id, None)
+            if row is not None:
+                self._free_rows.append(row)
+
+    @property
+    def num_live_rows(self) -> int:
+        return len(self._row_of_seq)
