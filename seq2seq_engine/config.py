@@ -136,3 +136,34 @@ class EngineConfig:
     cache_config: CacheConfig
     scheduler_config: SchedulerConfig
     device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)
+
+
+def _first_token_id(value) -> Optional[int]:
+    """Configs may give a token id as an int or a list (several EOS ids); the engine keeps the first."""
+    if isinstance(value, (list, tuple)):
+        return value[0] if value else None
+    return value
+
+
+def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", seed: int = 0,
+                         skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None) -> ModelConfig:
+    """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
+    Whisper: max_source_positions / max_target_positions)."""
+    is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+    max_positions = getattr(hf_config, "max_position_embeddings", None)
+    max_target = getattr(hf_config, "max_target_positions", None) or max_positions
+    if max_target is None:
+        raise ValueError(f"cannot tell the maximum sequence length of {type(hf_config).__name__}")
+    if max_model_len is not None:
+        if max_model_len > max_target:
+            raise ValueError(f"max_model_len={max_model_len} exceeds the model's {max_target} positions")
+        max_target = max_model_len
+    max_source = (getattr(hf_config, "max_source_positions", None) or max_positions) if is_encoder_decoder else None
+    return ModelConfig(
+        model=model, vocab_size=hf_config.vocab_size, max_target_positions=max_target,
+        is_encoder_decoder=is_encoder_decoder, max_source_positions=max_source,
+        decoder_start_token_id=getattr(hf_config, "decoder_start_token_id", None) if is_encoder_decoder else None,
+        bos_token_id=_first_token_id(getattr(hf_config, "bos_token_id", None)),
+        eos_token_id=_first_token_id(getattr(hf_config, "eos_token_id", None)),
+        pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
+        dtype=dtype, seed=seed, skip_tokenizer_init=skip_tokenizer_init, hf_config=hf_config)

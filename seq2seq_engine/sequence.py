@@ -191,6 +191,8 @@ class SequenceGroup:
         self.first_scheduled_time: Optional[float] = None
         self.num_preemptions = 0
         self.ignored_reason: Optional[str] = None
+        # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.
+        self.generator: Optional[Any] = None
 
     def is_encoder_decoder(self) -> bool:
         return self.encoder_seq is not None
@@ -286,6 +288,7 @@ class SequenceGroupMetadata:
     encoder_seq_data: Optional[SequenceData] = None
     cross_block_table: Optional[List[int]] = None
     multi_modal_data: Optional[Dict[str, Any]] = None
+    generator: Optional[Any] = None
 
     def __post_init__(self) -> None:
         if self.token_chunk_size is None:

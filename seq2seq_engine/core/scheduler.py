@@ -267,4 +267,5 @@ class Scheduler:
             token_chunk_size=scheduled.token_chunk_size,
             encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
             cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,
-            multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None)
+            multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None,
+            generator=seq_group.generator)

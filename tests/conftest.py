@@ -1,0 +1,48 @@
+"""Shared pytest fixtures: a tiny sentencepiece tokenizer trained offline (BART-like special ids)."""
+import random
+
+import pytest
+
+SPM_VOCAB_SIZE = 200
+SPM_SPECIAL_IDS = {"bos": 0, "pad": 1, "eos": 2, "unk": 3}
+
+
+def _training_lines(num_lines: int = 600, seed: int = 0):
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "pa", "qu", "er", "in", "on", "the", "and"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(300)]
+    words += "hello world the quick brown fox jumps over lazy dog encoder decoder audio speech".split()
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(num_lines)]
+
+
+@pytest.fixture(scope="session")
+def spm_model_file(tmp_path_factory):
+    """Path of a sentencepiece model (vocab ~200) with bos=0, pad=1, eos=2, unk=3, trained in a tmp dir."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    prefix = tmp_path_factory.mktemp("spm") / "tiny"
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(_training_lines()), model_prefix=str(prefix), vocab_size=SPM_VOCAB_SIZE,
+        model_type="unigram", bos_id=SPM_SPECIAL_IDS["bos"], pad_id=SPM_SPECIAL_IDS["pad"],
+        eos_id=SPM_SPECIAL_IDS["eos"], unk_id=SPM_SPECIAL_IDS["unk"], hard_vocab_limit=False, minloglevel=2)
+    return f"{prefix}.model"
+
+
+@pytest.fixture(scope="session")
+def spm_tokenizer(spm_model_file):
+    """A transformers (slow, sentencepiece-backed) tokenizer over `spm_model_file`; works offline.
+
+    `encode(text)` adds no special tokens; ids: bos 0 ("<s>"), pad 1, eos 2 ("</s>"), unk 3.
+    """
+    transformers = pytest.importorskip("transformers")
+    return transformers.BertGenerationTokenizer(vocab_file=spm_model_file, bos_token="<s>", eos_token="</s>",
+                                                pad_token="<pad>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="session")
+def spm_bart_tokenizer(spm_model_file):
+    """Like `spm_tokenizer`, but `encode(text)` adds special tokens BART-style: `<s> ... </s>` = `[0, ..., 2]`."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.BertGenerationTokenizer(vocab_file=spm_model_file, bos_token="<s>", eos_token="</s>",
+                                                     pad_token="<pad>", unk_token="<unk>")
+    tokenizer.special_tokens_pattern = "bos_eos"
+    return tokenizer
