@@ -42,6 +42,8 @@ class ModelConfig:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if self.is_encoder_decoder:
+            if self.max_source_positions is None:
+                raise ValueError("max_source_positions is required for an encoder/decoder model")
             _require_positive("max_source_positions", self.max_source_positions)
             if self.decoder_start_token_id is None:
                 raise ValueError("decoder_start_token_id is required for an encoder/decoder model")

@@ -94,7 +94,8 @@ class Scheduler:
         self._schedule_running(state)
         if state.num_preempted == 0:
             self._schedule_swapped(state)
-        if not self.swapped:
+        # After a preemption the pool is tight: admitting prefills now would only preempt them again next step.
+        if not self.swapped and state.num_preempted == 0:
             self._schedule_waiting(state)
         scheduled = state.prefills + state.decodes
         outputs = SchedulerOutputs(
