@@ -1,9 +1,21 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
 from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
                                    zip_enc_dec_prompts)
+from seq2seq_engine.outputs import CompletionOutput, RequestOutput
 from seq2seq_engine.sampling_params import SamplingParams
 
 __version__ = "0.1.0"
 
-__all__ = ["EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt", "SamplingParams", "TextPrompt", "TokensPrompt",
-           "zip_enc_dec_prompts", "__version__"]
+__all__ = ["CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt", "LLM", "LLMEngine",
+           "RequestOutput", "SamplingParams", "TextPrompt", "TokensPrompt", "zip_enc_dec_prompts", "__version__"]
+
+
+def __getattr__(name):
+    # LLM and LLMEngine pull in torch and the models: import them on first use, not with the package.
+    if name == "LLM":
+        from seq2seq_engine.entrypoints.llm import LLM
+        return LLM
+    if name == "LLMEngine":
+        from seq2seq_engine.engine.llm_engine import LLMEngine
+        return LLMEngine
+    raise AttributeError(f"module 'seq2seq_engine' has no attribute {name!r}")

@@ -1,0 +1,86 @@
+"""Paged KV-cache maintenance ops: write new tokens, copy blocks (copy-on-write), swap blocks between devices."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` into the caches in place.
+
+    Caches are ``[num_blocks, block_size, num_kv_heads, head_size]``; token ``i`` goes to slot
+    ``slot_mapping[i]`` (block ``s // block_size``, offset ``s % block_size``). Negative slots are skipped
+    (padding tokens). Values are cast to the cache dtype. Works for any cache strides (no flattened copy).
+    """
+    if key.shape != value.shape or key.dim() != 3 or key.shape[0] != slot_mapping.shape[0]:
+        raise ValueError(f"key {tuple(key.shape)} / value {tuple(value.shape)} / slots {tuple(slot_mapping.shape)}")
+    if key.shape[1:] != key_cache.shape[2:] or key_cache.shape != value_cache.shape:
+        raise ValueError(f"tokens {tuple(key.shape)} do not fit caches {tuple(key_cache.shape)}")
+    device = key_cache.device
+    slots = slot_mapping.to(device=device, dtype=torch.int64)
+    keep = slots >= 0
+    slots = slots[keep]
+    block_size = key_cache.shape[1]
+    index = (torch.div(slots, block_size, rounding_mode="floor"), slots % block_size)
+    key_cache.index_put_(index, key.to(device=device, dtype=key_cache.dtype)[keep])
+    value_cache.index_put_(index, value.to(device=device, dtype=value_cache.dtype)[keep])
+
+
+def copy_blocks(
+    key_caches: Sequence[torch.Tensor],
+    value_caches: Sequence[torch.Tensor],
+    block_mapping: torch.Tensor,
+) -> None:
+    """Copy whole blocks ``src -> dst`` inside every layer's key and value cache (copy-on-write).
+
+    ``block_mapping`` is int ``[num_pairs, 2]`` of (src, dst). All sources are read before any destination is
+    written; destinations must be distinct from each other.
+    """
+    if len(key_caches) != len(value_caches):
+        raise ValueError(f"{len(key_caches)} key caches vs {len(value_caches)} value caches")
+    pairs = _as_pairs(block_mapping)
+    if pairs.shape[0] == 0:
+        return
+    for cache in list(key_caches) + list(value_caches):
+        src, dst = _pair_indices(pairs, cache.device)
+        cache.index_copy_(0, dst, cache.index_select(0, src))
+
+
+def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tensor) -> None:
+    """Copy blocks ``src_cache[s] -> dst_cache[d]`` for each (s, d) pair; the caches may live on different devices.
+
+    Used to move blocks between the device cache and the CPU swap pool. Blocking copy, so the data is in
+    place when this returns.
+    """
+    if src.shape[1:] != dst.shape[1:] or src.dtype != dst.dtype:
+        raise ValueError(f"block layouts differ: {tuple(src.shape)} {src.dtype} vs {tuple(dst.shape)} {dst.dtype}")
+    pairs = _as_pairs(block_mapping)
+    if pairs.shape[0] == 0:
+        return
+    src_index, _ = _pair_indices(pairs, src.device)
+    _, dst_index = _pair_indices(pairs, dst.device)
+    blocks = src.index_select(0, src_index).to(dst.device)
+    dst.index_copy_(0, dst_index, blocks)
+
+
+def _as_pairs(block_mapping) -> torch.Tensor:
+    """Normalise a mapping (tensor or sequence of pairs) to an int64 ``[num_pairs, 2]`` tensor."""
+    pairs = torch.as_tensor(block_mapping, dtype=torch.int64)
+    if pairs.numel() == 0:
+        return pairs.reshape(0, 2)
+    if pairs.dim() != 2 or pairs.shape[1] != 2:
+        raise ValueError(f"block_mapping must be [num_pairs, 2], got {tuple(pairs.shape)}")
+    return pairs
+
+
+def _pair_indices(pairs: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst) index vectors on ``device``."""
+    pairs = pairs.to(device)
+    return pairs[:, 0], pairs[:, 1]

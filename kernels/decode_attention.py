@@ -1,0 +1,158 @@
+"""Paged decode attention over a block-table KV cache, vectorised over the batch (device-agnostic torch)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+# Gathered-K bytes per chunk of sequences. On CPU a chunk stays cache-resident (the gather buffer is
+# reused across chunks); on accelerators one chunk normally covers the whole batch.
+CPU_CHUNK_BYTES = 16 * 1024 * 1024
+DEVICE_CHUNK_BYTES = 1024 * 1024 * 1024
+
+
+def paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    max_context_len: Optional[int] = None,
+) -> torch.Tensor:
+    """Single-query (decode) attention of each sequence over its cached context.
+
+    query ``[num_seqs, num_heads, head_size]``; caches ``[num_blocks, block_size, num_kv_heads, head_size]``;
+    block_tables int ``[num_seqs, max_blocks_per_seq]``; context_lens int ``[num_seqs]``. Sequence ``i``
+    attends (non-causally) to its first ``context_lens[i]`` cached tokens. GQA/MQA: query head ``h`` uses kv
+    head ``h // (num_heads // num_kv_heads)``. Serves decoder self-attention and cross-attention alike.
+    Returns ``[num_seqs, num_heads, head_size]`` in ``query.dtype``; rows with a context length of 0 are zero.
+    Softmax is computed in float32 (or wider). Cache slots past a sequence's context are never read into the
+    output, so uninitialised (even NaN) cache memory there is harmless. ``max_context_len`` (an upper bound on
+    ``context_lens``) is only used for tensors on accelerators, to size the work without a device sync; on CPU
+    the exact lengths are read directly.
+    """
+    _check_args(query, key_cache, value_cache, block_tables, context_lens)
+    num_seqs, num_heads, head_size = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    group = num_heads // num_kv_heads
+    compute_dtype = _compute_dtype(query.dtype, key_cache.dtype)
+    device = key_cache.device
+    out = torch.zeros(num_seqs, num_kv_heads, group, head_size, dtype=compute_dtype, device=device)
+    lens = context_lens.to(device=device, dtype=torch.int64)
+    host_lens = _host_lens(context_lens, max_context_len)
+    max_len = int(host_lens.max()) if num_seqs else 0
+    if max_len <= 0:
+        return out.view(num_seqs, num_heads, head_size).to(query.dtype)
+    if max_len > block_tables.shape[1] * block_size:
+        capacity = block_tables.shape[1] * block_size
+        raise ValueError(f"context length {max_len} exceeds the block table capacity of {capacity} tokens")
+    q = (query.to(device=device, dtype=compute_dtype) * scale).view(num_seqs, num_kv_heads, group, head_size)
+    tables = block_tables.to(device=device, dtype=torch.int64)
+    rows = _token_rows(tables, lens, max_len, block_size, num_kv_heads)
+    padding = torch.arange(max_len, device=device) >= lens[:, None]
+    chunk = _chunk_seqs(device, num_kv_heads * max_len * head_size * compute_dtype.itemsize)
+    workspace = _Workspace(key_cache, min(chunk, num_seqs) * num_kv_heads * max_len * head_size, compute_dtype)
+    for start in range(0, num_seqs, chunk):
+        stop = min(start + chunk, num_seqs)
+        chunk_len = int(host_lens[start:stop].max())
+        if chunk_len > 0:
+            chunk_rows, chunk_padding = rows[start:stop, :, :chunk_len], padding[start:stop, :chunk_len]
+            out[start:stop] = _attend_chunk(q[start:stop], key_cache, value_cache, chunk_rows, chunk_padding, workspace)
+    out.masked_fill_((lens == 0).view(num_seqs, 1, 1, 1), 0.0)
+    return out.view(num_seqs, num_heads, head_size).to(query.dtype)
+
+
+class _Workspace:
+    """Per-call gather buffers reused across chunks (avoids re-faulting fresh pages for every chunk).
+
+    Each ``gather`` overwrites the previous result, so a gathered tensor is only valid until the next call.
+    """
+
+    def __init__(self, cache: torch.Tensor, numel: int, compute_dtype: torch.dtype):
+        self.raw = torch.empty(numel, dtype=cache.dtype, device=cache.device)
+        self.wide = None
+        if cache.dtype != compute_dtype:
+            self.wide = torch.empty(numel, dtype=compute_dtype, device=cache.device)
+
+    def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``[n, kv_heads, T]`` of the flattened cache -> ``[n, kv_heads, T, head_size]`` in compute dtype."""
+        head_size = cache.shape[-1]
+        flat_rows = rows.reshape(-1)
+        raw = self.raw[: flat_rows.numel() * head_size].view(-1, head_size)
+        torch.index_select(cache.reshape(-1, head_size), 0, flat_rows, out=raw)
+        if self.wide is not None:
+            raw = self.wide[: raw.numel()].view_as(raw).copy_(raw)
+        return raw.view(*rows.shape, head_size)
+
+
+def _attend_chunk(q, key_cache, value_cache, rows, padding, workspace: _Workspace) -> torch.Tensor:
+    """One chunk: q ``[n, kvh, g, d]``, rows ``[n, kvh, T]``, padding bool ``[n, T]`` -> ``[n, kvh, g, d]``."""
+    rows = rows.contiguous()
+    keys = workspace.gather(key_cache, rows)
+    scores = torch.matmul(q, keys.transpose(-1, -2))  # [n, kvh, g, T]
+    scores.masked_fill_(padding[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if value_cache.dtype == q.dtype:
+        return _weighted_rows(probs, rows, value_cache)
+    return torch.matmul(probs, workspace.gather(value_cache, rows))  # reuses the key buffer (keys are done)
+
+
+def _weighted_rows(probs: torch.Tensor, rows: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
+    """Fused gather + weighted sum of value rows (no materialised V): one embedding bag per query head."""
+    n, kvh, group, num_tokens = probs.shape
+    head_size = value_cache.shape[-1]
+    indices = rows.unsqueeze(2).expand(n, kvh, group, num_tokens).reshape(-1)
+    offsets = torch.arange(0, indices.numel(), num_tokens, device=rows.device)
+    summed = F.embedding_bag(
+        indices, value_cache.reshape(-1, head_size), offsets, mode="sum", per_sample_weights=probs.reshape(-1)
+    )
+    return summed.view(n, kvh, group, head_size)
+
+
+def _token_rows(tables, lens, num_tokens: int, block_size: int, num_kv_heads: int) -> torch.Tensor:
+    """Flattened-cache row index ``[n, kv_heads, num_tokens]`` of every (sequence, kv head, position).
+
+    Positions at or past a sequence's length are redirected to its position 0 (a written, finite row), so the
+    zero softmax weight they get never multiplies uninitialised memory; block-table padding is never followed
+    (it may even be -1).
+    """
+    positions = torch.arange(num_tokens, device=tables.device)
+    blocks = tables.index_select(1, torch.div(positions, block_size, rounding_mode="floor"))
+    slots = blocks * block_size + positions % block_size
+    slots = torch.where(positions < lens[:, None], slots, slots[:, :1]).clamp_(min=0)
+    heads = torch.arange(num_kv_heads, device=tables.device).view(1, -1, 1)
+    return slots.unsqueeze(1) * num_kv_heads + heads
+
+
+def _host_lens(context_lens: torch.Tensor, max_context_len: Optional[int]) -> torch.Tensor:
+    """Context lengths on the host for chunk sizing; on accelerators ``max_context_len`` avoids a full copy."""
+    if context_lens.device.type == "cpu" or max_context_len is None:
+        return context_lens.to(device="cpu", dtype=torch.int64)
+    return torch.full((context_lens.shape[0],), int(max_context_len), dtype=torch.int64)
+
+
+def _chunk_seqs(device: torch.device, bytes_per_seq: int) -> int:
+    """Number of sequences gathered at once."""
+    budget = CPU_CHUNK_BYTES if device.type == "cpu" else DEVICE_CHUNK_BYTES
+    return max(1, budget // max(1, bytes_per_seq))
+
+
+def _compute_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> torch.dtype:
+    """float32, or float64 when an input is float64."""
+    return torch.promote_types(torch.promote_types(query_dtype, cache_dtype), torch.float32)
+
+
+def _check_args(query, key_cache, value_cache, block_tables, context_lens) -> None:
+    """Shape sanity checks (cheap, no device sync)."""
+    if query.dim() != 3 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        shapes = f"query {tuple(query.shape)}, caches {tuple(key_cache.shape)} / {tuple(value_cache.shape)}"
+        raise ValueError(f"bad shapes: {shapes}")
+    num_seqs, num_heads, head_size = query.shape
+    num_kv_heads = key_cache.shape[2]
+    if key_cache.shape[3] != head_size or num_heads % num_kv_heads != 0:
+        raise ValueError(f"query heads {num_heads}x{head_size} incompatible with cache {tuple(key_cache.shape)}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or context_lens.shape != (num_seqs,):
+        shapes = f"block_tables {tuple(block_tables.shape)}, context_lens {tuple(context_lens.shape)}"
+        raise ValueError(f"{shapes} do not match {num_seqs} sequences")

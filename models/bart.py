@@ -1,0 +1,156 @@
+"""BART and mBART (encoder/decoder, learned positions with offset 2) on the engine's Attention layer.
+
+BART: post-norm layers, ``layernorm_embedding`` after token + position embeddings. mBART: the same with pre-norm
+layers and a final ``layer_norm`` at the end of the encoder and of the decoder. Both: token embeddings scaled by
+sqrt(d_model) when ``config.scale_embedding``, ``final_logits_bias``, lm_head tied to ``model.shared``.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2seq_engine.attention import AttentionMetadata
+from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderLayer, KVCache, embed_scale,
+                                                         load_hf_weights, segment_positions)
+from seq2seq_engine.models.utils import as_kv_cache_list
+
+POSITION_OFFSET = 2   # BART/mBART learned position tables start at index 2 (fairseq padding legacy)
+
+
+class _EmbeddingStack(nn.Module):
+    """Token (scaled) + learned position (offset 2) embeddings and layernorm_embedding."""
+
+    def __init__(self, hf_config, own_embed_tokens: bool) -> None:
+        super().__init__()
+        self.embed_scale = embed_scale(hf_config)
+        # Tied models (the norm) share model.shared; with tie_word_embeddings=False transformers keeps separate
+        # encoder/decoder token embeddings (and an unused model.shared).
+        self.embed_tokens = nn.Embedding(hf_config.vocab_size, hf_config.d_model) if own_embed_tokens else None
+        self.embed_positions = nn.Embedding(hf_config.max_position_embeddings + POSITION_OFFSET, hf_config.d_model)
+        self.layernorm_embedding = nn.LayerNorm(hf_config.d_model)
+
+    def embed(self, shared: Optional[nn.Embedding], input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        hidden_states = (self.embed_tokens or shared)(input_ids)
+        if self.embed_scale != 1.0:
+            hidden_states = hidden_states * self.embed_scale
+        hidden_states = hidden_states + self.embed_positions(positions + POSITION_OFFSET)
+        return self.layernorm_embedding(hidden_states)
+
+
+class BartEncoder(_EmbeddingStack):
+    def __init__(self, hf_config, pre_norm: bool, final_layer_norm: bool, own_embed_tokens: bool) -> None:
+        super().__init__(hf_config, own_embed_tokens)
+        self.layers = nn.ModuleList([
+            EncoderLayer(hf_config.d_model, hf_config.encoder_attention_heads, hf_config.encoder_ffn_dim,
+                         hf_config.activation_function, pre_norm)
+            for _ in range(hf_config.encoder_layers)])
+        self.layer_norm = nn.LayerNorm(hf_config.d_model) if final_layer_norm else None
+
+    def forward(self, shared: Optional[nn.Embedding], input_ids: torch.Tensor, positions: torch.Tensor,
+                attn_metadata: AttentionMetadata) -> torch.Tensor:
+        hidden_states = self.embed(shared, input_ids, positions)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attn_metadata)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return hidden_states
+
+
+class BartDecoder(_EmbeddingStack):
+    def __init__(self, hf_config, pre_norm: bool, final_layer_norm: bool, own_embed_tokens: bool) -> None:
+        super().__init__(hf_config, own_embed_tokens)
+        self.layers = nn.ModuleList([
+            DecoderLayer(hf_config.d_model, hf_config.decoder_attention_heads, hf_config.decoder_ffn_dim,
+                         hf_config.activation_function, pre_norm)
+            for _ in range(hf_config.decoder_layers)])
+        self.layer_norm = nn.LayerNorm(hf_config.d_model) if final_layer_norm else None
+
+    def forward(self, shared: Optional[nn.Embedding], input_ids: torch.Tensor, positions: torch.Tensor,
+                encoder_hidden_states: Optional[torch.Tensor], kv_caches: List[Optional[KVCache]],
+                attn_metadata: AttentionMetadata) -> torch.Tensor:
+        hidden_states = self.embed(shared, input_ids, positions)
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            hidden_states = layer(hidden_states, encoder_hidden_states, kv_cache, attn_metadata)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return hidden_states
+
+
+class BartModel(nn.Module):
+    def __init__(self, hf_config, pre_norm: bool, final_layer_norm: bool, tied: bool) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(hf_config.vocab_size, hf_config.d_model) if tied else None
+        self.encoder = BartEncoder(hf_config, pre_norm, final_layer_norm, own_embed_tokens=not tied)
+        self.decoder = BartDecoder(hf_config, pre_norm, final_layer_norm, own_embed_tokens=not tied)
+
+
+class BartForConditionalGeneration(nn.Module):
+    """BART for generation. forward() returns decoder hidden states [num_tokens, d_model]; the encoder runs only
+    in steps with ``attn_metadata.encoder`` (prefills), on the prefill requests' encoder prompts concatenated."""
+
+    is_encoder_decoder = True
+    pre_norm = False            # mBART: True
+    final_layer_norm = False    # mBART: True
+
+    def __init__(self, hf_config) -> None:
+        super().__init__()
+        self.config = hf_config
+        self.tie_word_embeddings = getattr(hf_config, "tie_word_embeddings", True)
+        self.model = BartModel(hf_config, self.pre_norm, self.final_layer_norm, self.tie_word_embeddings)
+        # a parameter (not a buffer) so that the strict loader sees it; absent from a checkpoint it stays zero
+        self.final_logits_bias = nn.Parameter(torch.zeros(1, hf_config.vocab_size), requires_grad=False)
+        self.lm_head = None if self.tie_word_embeddings else nn.Linear(hf_config.d_model, hf_config.vocab_size,
+                                                                       bias=False)
+
+    # ------------------------------------------------------------------------------------------------ forward
+    def encode(self, encoder_input_ids: torch.Tensor, encoder_positions: Optional[torch.Tensor],
+               attn_metadata: AttentionMetadata) -> torch.Tensor:
+        """Encoder output [num_encoder_tokens, d_model] for the prefill requests' encoder prompts."""
+        if encoder_positions is None:
+            encoder_positions = segment_positions(attn_metadata, encoder_input_ids.device)
+        return self.model.encoder(self.model.shared, encoder_input_ids, encoder_positions, attn_metadata)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_caches: Optional[Sequence[Optional[KVCache]]], attn_metadata: AttentionMetadata,
+                encoder_input_ids: Optional[torch.Tensor] = None, encoder_positions: Optional[torch.Tensor] = None,
+                encoder_features: Optional[torch.Tensor] = None) -> torch.Tensor:
+        encoder_hidden_states = None
+        if attn_metadata.encoder is not None:
+            if encoder_input_ids is None:
+                raise ValueError("this step runs the encoder (attn_metadata.encoder is set) but no "
+                                 "encoder_input_ids were given")
+            encoder_hidden_states = self.encode(encoder_input_ids, encoder_positions, attn_metadata)
+        caches = as_kv_cache_list(kv_caches, len(self.model.decoder.layers))
+        return self.model.decoder(self.model.shared, input_ids, positions, encoder_hidden_states, caches,
+                                  attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        weight = self.lm_head.weight if self.lm_head is not None else self.model.shared.weight
+        logits = F.linear(hidden_states, weight) + self.final_logits_bias
+        return logits.float()
+
+    # -------------------------------------------------------------------------------------------- weights
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        if self.tie_word_embeddings:
+            aliases = {"model.encoder.embed_tokens.weight": "model.shared.weight",
+                       "model.decoder.embed_tokens.weight": "model.shared.weight",
+                       "lm_head.weight": "model.shared.weight"}
+            ignore = ()
+        else:
+            aliases, ignore = {}, ("model.shared.weight",)   # untied: unused by transformers' forward too
+        load_hf_weights(self, weights, aliases=aliases, allow_missing=("final_logits_bias",), ignore=ignore,
+                        prefix_fallback="model.")
+
+    def kv_cache_spec(self) -> Tuple[int, int, int]:
+        cfg = self.config
+        return cfg.decoder_layers, cfg.decoder_attention_heads, cfg.d_model // cfg.decoder_attention_heads
+
+
+class MBartForConditionalGeneration(BartForConditionalGeneration):
+    """mBART: pre-norm layers plus a final layer_norm after the encoder and after the decoder."""
+
+    pre_norm = True
+    final_layer_norm = True

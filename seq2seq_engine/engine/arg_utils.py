@@ -1,0 +1,47 @@
+"""EngineArgs: the user-facing knobs (LLM(...) keyword arguments) turned into a validated EngineConfig."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from seq2seq_engine.config import (CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig,
+                                   model_config_from_hf)
+
+
+@dataclasses.dataclass
+class EngineArgs:
+    model: str
+    dtype: str = "float32"
+    seed: int = 0
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: Optional[int] = None
+    max_model_len: Optional[int] = None
+    kv_cache_space_gb: float = 4.0
+    swap_space_gb: float = 1.0
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks_override: Optional[int] = None
+    skip_tokenizer_init: bool = False
+    device: str = "auto"
+    policy: str = "fcfs"
+    preemption_mode: str = "recompute"
+    enable_chunked_prefill: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+    def create_engine_config(self, hf_config: Any) -> EngineConfig:
+        """Block counts are left unset here: they depend on the model's KV geometry (see engine builder)."""
+        model_config = model_config_from_hf(self.model, hf_config, self.dtype, self.seed, self.skip_tokenizer_init,
+                                            self.max_model_len)
+        max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
+        # By default one step can hold the longest possible prefill (encoder + decoder prompt).
+        max_batched = self.max_num_batched_tokens or max(8192, max_model_len + max_encoder_len)
+        scheduler_config = SchedulerConfig(
+            max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
+            max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
+            enable_chunked_prefill=self.enable_chunked_prefill)
+        cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
+                                   swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override)
+        return EngineConfig(model_config, cache_config, scheduler_config, DeviceConfig(self.device))

@@ -1,0 +1,138 @@
+"""LLMEngine: add_request / step / abort_request over the scheduler, cache engine and model runner."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import time
+from typing import Any, Iterable, List, Optional, Union
+
+import torch
+
+from seq2seq_engine.config import EngineConfig
+from seq2seq_engine.core.scheduler import Scheduler
+from seq2seq_engine.engine.arg_utils import EngineArgs
+from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.inputs.preprocess import InputPreprocessor
+from seq2seq_engine.model_loader import load_model
+from seq2seq_engine.outputs import RequestOutput
+from seq2seq_engine.sampling.metadata import make_generator
+from seq2seq_engine.sampling_params import SamplingParams
+from seq2seq_engine.sequence import Sequence, SequenceGroup
+from seq2seq_engine.stop_checker import StopChecker
+from seq2seq_engine.tokenizer import Detokenizer, get_tokenizer
+from seq2seq_engine.worker.cache_engine import (CacheEngine, cache_block_bytes, num_blocks_for_bytes,
+                                                profile_cuda_blocks)
+from seq2seq_engine.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_GIB = 1 << 30
+
+
+class LLMEngine:
+    """One model, one device: requests in, RequestOutputs out, a step at a time."""
+
+    def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer: Any,
+                 gpu_memory_utilization: float = 0.9) -> None:
+        self.model_config = config.model_config
+        self.device = torch.device(config.device_config.resolved)
+        torch.manual_seed(self.model_config.seed)
+        self.tokenizer = tokenizer
+        self.input_preprocessor = InputPreprocessor(self.model_config, tokenizer)
+        cache_config = self._sized_cache_config(config, model, gpu_memory_utilization)
+        self.cache_config = cache_config
+        self.scheduler_config = config.scheduler_config
+        num_layers, num_kv_heads, head_size = model.kv_cache_spec()
+        self.cache_engine = CacheEngine(num_layers, num_kv_heads, head_size, cache_config.block_size,
+                                        cache_config.num_gpu_blocks, cache_config.num_cpu_blocks,
+                                        _DTYPES[self.model_config.dtype], self.device)
+        self.scheduler = Scheduler(config.scheduler_config, cache_config)
+        self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
+                                        self.model_config.max_model_len, cache_config.block_size)
+        detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
+        self.output_processor = OutputProcessor(
+            self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
+            detokenizer)
+        self._seq_ids = itertools.count()
+
+    @classmethod
+    def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
+        from transformers import AutoConfig
+        hf_config = AutoConfig.from_pretrained(args.model, local_files_only=True)
+        config = args.create_engine_config(hf_config)
+        device = torch.device(config.device_config.resolved)
+        model, _ = load_model(args.model, _DTYPES[args.dtype], device)
+        tokenizer = None if args.skip_tokenizer_init else get_tokenizer(args.model)
+        return cls(config, model, tokenizer, args.gpu_memory_utilization)
+
+    def _sized_cache_config(self, config: EngineConfig, model, gpu_memory_utilization: float):
+        cache_config = config.cache_config
+        num_layers, num_kv_heads, head_size = model.kv_cache_spec()
+        block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, cache_config.block_size,
+                                        _DTYPES[self.model_config.dtype])
+        num_gpu_blocks = cache_config.num_gpu_blocks
+        if num_gpu_blocks is None and self.device.type == "cuda":
+            num_gpu_blocks = profile_cuda_blocks(block_bytes, gpu_memory_utilization, self.device)
+        elif num_gpu_blocks is None:
+            num_gpu_blocks = num_blocks_for_bytes(cache_config.kv_cache_space_gb * _GIB, block_bytes)
+        num_cpu_blocks = cache_config.num_cpu_blocks
+        if num_cpu_blocks is None:
+            num_cpu_blocks = num_blocks_for_bytes(cache_config.swap_space_gb * _GIB, block_bytes)
+        if num_gpu_blocks <= 0:
+            raise ValueError(f"the KV cache holds no block: one block needs {block_bytes} bytes; raise "
+                             f"kv_cache_space_gb (now {cache_config.kv_cache_space_gb})")
+        return dataclasses.replace(cache_config, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request_id: str, prompt: Any, params: Optional[SamplingParams] = None,
+                    arrival_time: Optional[float] = None, priority: int = 0) -> None:
+        params = params or SamplingParams()
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
+        if params.best_of > 1:
+            raise ValueError(f"best_of/n > 1 is not supported yet (got best_of={params.best_of})")
+        inputs = self.input_preprocessor.preprocess(prompt, params)
+        eos = self.model_config.eos_token_id
+        decoder_seq = Sequence(next(self._seq_ids), inputs.decoder, self.cache_config.block_size, eos)
+        encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, self.cache_config.block_size)
+                       if inputs.encoder is not None else None)
+        group = SequenceGroup(request_id, [decoder_seq], arrival_time or time.monotonic(), params, encoder_seq,
+                              inputs, priority)
+        if params.seed is not None:
+            group.generator = make_generator(params.seed, self.device)
+        self.scheduler.add_seq_group(group)
+
+    def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
+        request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        seq_ids = [seq.seq_id for queue in (self.scheduler.waiting, self.scheduler.running, self.scheduler.swapped)
+                   for group in queue if group.request_id in request_ids for seq in group.get_seqs()]
+        self.scheduler.abort_seq_group(request_ids)
+        self.model_runner.release_seqs(seq_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_seqs()
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.get_num_unfinished_seq_groups()
+
+    # ----------------------------------------------------------------- the loop
+    def step(self) -> List[RequestOutput]:
+        """Schedule, move cache blocks, run the model, apply the samples; outputs of the scheduled requests."""
+        metadata_list, scheduler_outputs = self.scheduler.schedule()
+        self.cache_engine.swap_out(scheduler_outputs.blocks_to_swap_out)
+        self.cache_engine.swap_in(scheduler_outputs.blocks_to_swap_in)
+        self.cache_engine.copy(scheduler_outputs.blocks_to_copy)
+        sampled_seq_ids, sampler_output = [], None
+        if metadata_list:
+            sampled_seq_ids, sampler_output = self.model_runner.execute_model(metadata_list,
+                                                                              self.cache_engine.device_cache)
+        finished_seq_ids = self.output_processor.process(scheduler_outputs, sampled_seq_ids, sampler_output)
+        self.scheduler.free_finished_seq_groups()
+        self.model_runner.release_seqs(finished_seq_ids)
+        for group in scheduler_outputs.ignored_seq_groups:
+            logger.warning("request %s ignored: %s", group.request_id, group.ignored_reason)
+            self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
+        groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + scheduler_outputs.ignored_seq_groups
+        return [RequestOutput.from_seq_group(group) for group in groups]

@@ -1,0 +1,87 @@
+"""Load a model directory (HF layout: config.json + safetensors or pytorch_model.bin weights, possibly sharded)
+into one of the engine's model classes."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator, List, Tuple, Union
+
+import torch
+
+from seq2seq_engine.models.registry import resolve_model_class
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PYTORCH_BIN = "pytorch_model.bin"
+PYTORCH_BIN_INDEX = "pytorch_model.bin.index.json"
+
+
+def _shard_files(model_dir: str, index_name: str) -> List[str]:
+    with open(os.path.join(model_dir, index_name), encoding="utf-8") as f:
+        weight_map = json.load(f).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index_name} in {model_dir} has no weight_map")
+    files = list(dict.fromkeys(weight_map.values()))
+    for name in files:
+        if not os.path.isfile(os.path.join(model_dir, name)):
+            raise FileNotFoundError(f"weight shard {name!r} named by {index_name} is missing from {model_dir}")
+    return [os.path.join(model_dir, name) for name in files]
+
+
+def weight_files(model_dir: str) -> Tuple[str, List[str]]:
+    """("safetensors" | "pytorch", [files]) in order of preference: model.safetensors, its sharded index,
+    pytorch_model.bin, its sharded index."""
+    if os.path.isfile(os.path.join(model_dir, SAFETENSORS)):
+        return "safetensors", [os.path.join(model_dir, SAFETENSORS)]
+    if os.path.isfile(os.path.join(model_dir, SAFETENSORS_INDEX)):
+        return "safetensors", _shard_files(model_dir, SAFETENSORS_INDEX)
+    if os.path.isfile(os.path.join(model_dir, PYTORCH_BIN)):
+        return "pytorch", [os.path.join(model_dir, PYTORCH_BIN)]
+    if os.path.isfile(os.path.join(model_dir, PYTORCH_BIN_INDEX)):
+        return "pytorch", _shard_files(model_dir, PYTORCH_BIN_INDEX)
+    raise FileNotFoundError(f"no weight files in {model_dir}: expected {SAFETENSORS}, {SAFETENSORS_INDEX}, "
+                            f"{PYTORCH_BIN} or {PYTORCH_BIN_INDEX}")
+
+
+def iterate_weights(model_dir: str) -> Iterator[Tuple[str, torch.Tensor]]:
+    """(name, CPU tensor) for every tensor of the directory's checkpoint, one file at a time."""
+    kind, files = weight_files(model_dir)
+    for path in files:
+        if kind == "safetensors":
+            from safetensors import safe_open
+            with safe_open(path, framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        else:
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # legacy (non-zip) serialization cannot be memory-mapped
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            yield from state.items()
+            del state
+
+
+def load_config(model_dir: Union[str, os.PathLike]):
+    import transformers
+
+    model_dir = os.fspath(model_dir)
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise FileNotFoundError(f"no config.json in model directory {model_dir!r}")
+    return transformers.AutoConfig.from_pretrained(model_dir, local_files_only=True)
+
+
+def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32,
+               device: Union[str, torch.device] = "cpu"):
+    """(model, hf_config): the engine model for the directory's architecture, weights loaded, cast to `dtype`,
+    moved to `device`, in eval mode."""
+    model_dir = os.fspath(model_dir)
+    hf_config = load_config(model_dir)
+    model_class = resolve_model_class(getattr(hf_config, "architectures", None))
+    weight_files(model_dir)  # fail on a directory without weights before building the model
+    model = model_class(hf_config)
+    model.load_weights(iterate_weights(model_dir))
+    model = model.to(device=device, dtype=dtype)
+    model.eval()
+    return model, hf_config

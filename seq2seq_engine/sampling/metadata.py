@@ -1,0 +1,99 @@
+"""Per-step sampling metadata: the sampling parameters of every sampled row, as tensors, built once per step."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from seq2seq_engine.sampling_params import SamplingParams, SamplingType
+
+DeviceLike = Union[str, torch.device]
+
+
+def make_generator(seed: int, device: DeviceLike = "cpu") -> torch.Generator:
+    """A torch.Generator on `device` seeded with `seed`: a seeded request draws its sampling noise from it,
+    so its tokens do not depend on the other requests in the batch."""
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(int(seed))
+    return generator
+
+
+@dataclasses.dataclass
+class SamplingMetadata:
+    """Sampling parameters of the N rows of one step's logits (one row per sampled sequence).
+
+    Tensors are [N] and live on `device`; row index lists and Python copies of the parameters are kept
+    too, so the sampler can choose its code path without reading tensors back from the device.
+    Greedy rows get temperature 1.0 in `temperatures` (they are never divided by it).
+    """
+
+    temperatures: torch.Tensor          # [N] float32
+    top_ps: torch.Tensor                # [N] float32 (1.0: disabled)
+    top_ks: torch.Tensor                # [N] int64 (-1: disabled)
+    min_ps: torch.Tensor                # [N] float32 (0.0: disabled)
+    generators: List[Optional[torch.Generator]]   # per row; None: the global RNG
+    greedy_mask: torch.Tensor           # [N] bool
+    greedy_rows: List[int]
+    random_rows: List[int]
+    # Random rows split by whether they need the sorted (top-k / top-p) path.
+    plain_rows: List[int]
+    filtered_rows: List[int]
+    top_k_list: List[int]
+    top_p_list: List[float]
+    min_p_list: List[float]
+    temperature_list: List[float]
+    num_logprobs: List[Optional[int]]
+    all_greedy: bool
+    all_random: bool
+    no_temperature: bool                # every random row has temperature 1.0
+    no_top_k: bool                      # over random rows
+    no_top_p: bool
+    no_min_p: bool
+    max_num_logprobs: int               # 0 when no row asked for top logprobs
+    device: torch.device
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.generators)
+
+    @classmethod
+    def build(cls, rows: Sequence[Tuple[SamplingParams, Optional[torch.Generator]]],
+              device: DeviceLike = "cpu") -> "SamplingMetadata":
+        device = torch.device(device)
+        temperatures, top_ps, top_ks, min_ps, generators, greedy, num_logprobs = [], [], [], [], [], [], []
+        for params, generator in rows:
+            is_greedy = params.sampling_type == SamplingType.GREEDY
+            greedy.append(is_greedy)
+            temperatures.append(1.0 if is_greedy else float(params.temperature))
+            top_ps.append(float(params.top_p))
+            top_ks.append(int(params.top_k) if params.top_k is not None and params.top_k > 0 else -1)
+            min_ps.append(float(params.min_p))
+            generators.append(None if is_greedy else generator)
+            num_logprobs.append(params.logprobs)
+        greedy_rows = [i for i, g in enumerate(greedy) if g]
+        random_rows = [i for i, g in enumerate(greedy) if not g]
+        filtered_rows = [i for i in random_rows if top_ks[i] > 0 or top_ps[i] < 1.0]
+        filtered = set(filtered_rows)
+        plain_rows = [i for i in random_rows if i not in filtered]
+        requested = [n for n in num_logprobs if n]
+        pin = device.type == "cuda"
+
+        def tensor(values, dtype):
+            t = torch.tensor(values, dtype=dtype, device="cpu")
+            if device.type == "cpu":
+                return t
+            return (t.pin_memory() if pin else t).to(device, non_blocking=True)
+
+        return cls(
+            temperatures=tensor(temperatures, torch.float32), top_ps=tensor(top_ps, torch.float32),
+            top_ks=tensor(top_ks, torch.int64), min_ps=tensor(min_ps, torch.float32), generators=generators,
+            greedy_mask=tensor(greedy, torch.bool), greedy_rows=greedy_rows, random_rows=random_rows,
+            plain_rows=plain_rows, filtered_rows=filtered_rows, top_k_list=top_ks, top_p_list=top_ps,
+            min_p_list=min_ps, temperature_list=temperatures, num_logprobs=num_logprobs,
+            all_greedy=not random_rows, all_random=not greedy_rows,
+            no_temperature=all(temperatures[i] == 1.0 for i in random_rows),
+            no_top_k=all(top_ks[i] <= 0 for i in random_rows),
+            no_top_p=all(top_ps[i] >= 1.0 for i in random_rows),
+            no_min_p=all(min_ps[i] <= 0.0 for i in random_rows),
+            max_num_logprobs=max(requested, default=0), device=device)

@@ -1,0 +1,216 @@
+"""Model runner: turns a step's SequenceGroupMetadata list into model inputs and attention metadata
+(vectorised over tokens), runs the model, and samples the next tokens."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence as Seq, Tuple
+
+import numpy as np
+import torch
+
+from seq2seq_engine.attention.bias import (BlockDiagonalCausalFromBottomRightMask, BlockDiagonalCausalMask,
+                                           BlockDiagonalMask)
+from seq2seq_engine.attention.metadata import (AttentionMetadata, CrossAttentionMetadata, EncoderAttentionMetadata,
+                                               SelfAttentionMetadata)
+from seq2seq_engine.sampling.metadata import SamplingMetadata
+from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
+from seq2seq_engine.sequence import SequenceGroupMetadata
+from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
+
+
+@dataclasses.dataclass
+class ModelInput:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn_metadata: AttentionMetadata
+    selected_token_indices: torch.Tensor          # positions in the flat batch whose logits are sampled
+    sampled_seq_ids: List[int]                    # the sequence each selected position belongs to
+    sampling_metadata: Optional[SamplingMetadata]
+    encoder_input_ids: Optional[torch.Tensor] = None
+    encoder_positions: Optional[torch.Tensor] = None
+    encoder_features: Optional[torch.Tensor] = None
+
+
+@dataclasses.dataclass
+class _Scheduled:
+    """Per-sequence facts of one step, in batch order (prefills first)."""
+
+    rows: List[int] = dataclasses.field(default_factory=list)
+    num_computed: List[int] = dataclasses.field(default_factory=list)
+    num_scheduled: List[int] = dataclasses.field(default_factory=list)
+    seq_ids: List[int] = dataclasses.field(default_factory=list)
+    do_sample: List[bool] = dataclasses.field(default_factory=list)
+    cross_tables: List[List[int]] = dataclasses.field(default_factory=list)
+    encoder_lens: List[int] = dataclasses.field(default_factory=list)
+    num_prefills: int = 0
+
+
+def _padded_table(tables: Seq[Seq[int]]) -> torch.Tensor:
+    width = max(len(table) for table in tables)
+    padded = np.zeros((len(tables), width), dtype=np.int32)
+    for i, table in enumerate(tables):
+        padded[i, :len(table)] = table
+    return torch.from_numpy(padded)
+
+
+def _slots_of_prefixes(tables: Seq[Seq[int]], lengths: Seq[int], block_size: int) -> np.ndarray:
+    """Slots of positions 0..length-1 of each table, concatenated (for writing whole encoder outputs)."""
+    padded = _padded_table(tables).numpy()
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(int(lengths.sum()), dtype=np.int64) - starts
+    rows = np.repeat(np.arange(len(tables)), lengths)
+    return padded[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_model_len: int,
+                 block_size: int) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.block_size = block_size
+        self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
+        self.sampler = Sampler()
+
+    def release_seqs(self, seq_ids) -> None:
+        self.input_batch.release(seq_ids)
+
+    def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> _Scheduled:
+        scheduled = _Scheduled()
+        for group in metadata_list:
+            for seq_id, seq_data in group.seq_data.items():
+                scheduled.rows.append(self.input_batch.sync(seq_id, seq_data, group.block_tables[seq_id]))
+                scheduled.num_computed.append(seq_data.get_num_computed_tokens())
+                scheduled.num_scheduled.append(group.token_chunk_size if group.is_prompt else 1)
+                scheduled.seq_ids.append(seq_id)
+                scheduled.do_sample.append(group.do_sample)
+                scheduled.num_prefills += int(group.is_prompt)
+                if group.is_encoder_decoder():
+                    scheduled.cross_tables.append(group.cross_block_table)
+                    scheduled.encoder_lens.append(group.encoder_seq_data.get_len())
+        return scheduled
+
+    def _self_metadata(self, flat: FlatInputs, scheduled: _Scheduled) -> SelfAttentionMetadata:
+        num_prefills = scheduled.num_prefills
+        query_lens = scheduled.num_scheduled[:num_prefills]
+        seq_lens = flat.seq_lens[:num_prefills].tolist()
+        prefill_bias, prefill_block_tables = None, None
+        if num_prefills and any(scheduled.num_computed[:num_prefills]):
+            prefill_bias = BlockDiagonalCausalFromBottomRightMask.from_seqlens(q_seqlen=query_lens,
+                                                                               kv_seqlen=seq_lens)
+            rows = scheduled.rows[:num_prefills]
+            prefill_block_tables = torch.from_numpy(self.input_batch.block_table[rows])
+        elif num_prefills:
+            prefill_bias = BlockDiagonalCausalMask.from_seqlens(query_lens)
+        decode_seq_lens, decode_block_tables, max_decode_len = None, None, 0
+        if len(scheduled.rows) > num_prefills:
+            decode_lens = flat.seq_lens[num_prefills:]
+            max_decode_len = int(decode_lens.max())
+            num_blocks = -(-max_decode_len // self.block_size)
+            decode_rows = scheduled.rows[num_prefills:]
+            decode_block_tables = torch.from_numpy(self.input_batch.block_table[decode_rows, :num_blocks])
+            decode_seq_lens = torch.from_numpy(decode_lens.astype(np.int32))
+        return SelfAttentionMetadata(
+            slot_mapping=torch.from_numpy(flat.slot_mapping), prefill_bias=prefill_bias,
+            prefill_block_tables=prefill_block_tables, decode_seq_lens=decode_seq_lens,
+            decode_block_tables=decode_block_tables, max_decode_seq_len=max_decode_len)
+
+    def _encoder_and_cross_metadata(self, scheduled: _Scheduled):
+        if not scheduled.cross_tables:
+            return None, None
+        num_prefills = scheduled.num_prefills
+        encoder_lens = scheduled.encoder_lens[:num_prefills]
+        encoder_md, prefill_bias, cross_slots = None, None, None
+        if num_prefills:
+            encoder_md = EncoderAttentionMetadata(bias=BlockDiagonalMask.from_seqlens(encoder_lens))
+            prefill_bias = BlockDiagonalMask.from_seqlens(q_seqlen=scheduled.num_scheduled[:num_prefills],
+                                                          kv_seqlen=encoder_lens)
+            cross_slots = torch.from_numpy(_slots_of_prefixes(scheduled.cross_tables[:num_prefills],
+                                                              encoder_lens, self.block_size))
+        decode_lens, decode_tables, max_len = None, None, 0
+        if len(scheduled.cross_tables) > num_prefills:
+            lens = scheduled.encoder_lens[num_prefills:]
+            decode_lens = torch.tensor(lens, dtype=torch.int32)
+            decode_tables = _padded_table(scheduled.cross_tables[num_prefills:])
+            max_len = max(lens)
+        cross_md = CrossAttentionMetadata(prefill_bias=prefill_bias, cross_slot_mapping=cross_slots,
+                                          decode_encoder_lens=decode_lens, decode_block_tables=decode_tables,
+                                          max_decode_encoder_len=max_len)
+        return encoder_md, cross_md
+
+    def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
+        scheduled = self._collect(metadata_list)
+        flat = prepare_flat_inputs(np.asarray(scheduled.rows, dtype=np.int64),
+                                   np.asarray(scheduled.num_computed, dtype=np.int64),
+                                   np.asarray(scheduled.num_scheduled, dtype=np.int64),
+                                   self.input_batch.token_ids, self.input_batch.block_table, self.block_size)
+        num_prefill_tokens = int(flat.query_start_loc[scheduled.num_prefills])
+        encoder_md, cross_md = self._encoder_and_cross_metadata(scheduled)
+        attn_metadata = AttentionMetadata(
+            num_prefills=scheduled.num_prefills, num_prefill_tokens=num_prefill_tokens,
+            num_decode_tokens=flat.num_tokens - num_prefill_tokens,
+            self_attn=self._self_metadata(flat, scheduled), encoder=encoder_md, cross=cross_md)
+        sample_mask = np.asarray(scheduled.do_sample, dtype=bool)
+        selected = flat.query_start_loc[1:][sample_mask] - 1
+        sampled_seq_ids = [seq_id for seq_id, keep in zip(scheduled.seq_ids, sample_mask) if keep]
+        model_input = ModelInput(
+            input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
+            attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
+            sampled_seq_ids=sampled_seq_ids,
+            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None)
+        if encoder_md is not None:
+            self._add_encoder_inputs(model_input, metadata_list)
+        return self._to_device(model_input)
+
+    def _sampling_metadata(self, metadata_list: List[SequenceGroupMetadata]) -> SamplingMetadata:
+        rows = [(group.sampling_params, group.generator)
+                for group in metadata_list if group.do_sample for _ in group.seq_data]
+        return SamplingMetadata.build(rows, self.device)
+
+    @staticmethod
+    def _add_encoder_inputs(model_input: ModelInput, metadata_list: List[SequenceGroupMetadata]) -> None:
+        prefills = [group for group in metadata_list if group.is_prompt]
+        features = [group.multi_modal_data.get("input_features") for group in prefills
+                    if group.multi_modal_data]
+        if features:
+            model_input.encoder_features = torch.stack([torch.as_tensor(f) for f in features])
+            return
+        token_lists = [group.encoder_seq_data.prompt_token_ids for group in prefills]
+        model_input.encoder_input_ids = torch.tensor([t for tokens in token_lists for t in tokens],
+                                                     dtype=torch.long)
+        model_input.encoder_positions = torch.cat([torch.arange(len(tokens)) for tokens in token_lists])
+
+    def _to_device(self, model_input: ModelInput) -> ModelInput:
+        if self.device.type == "cpu":
+            return model_input
+        for field in ("input_ids", "positions", "selected_token_indices", "encoder_input_ids",
+                      "encoder_positions", "encoder_features"):
+            value = getattr(model_input, field)
+            if value is not None:
+                setattr(model_input, field, value.to(self.device, non_blocking=True))
+        _metadata_to_device(model_input.attn_metadata, self.device)
+        return model_input
+
+    @torch.inference_mode()
+    def execute_model(self, metadata_list: List[SequenceGroupMetadata],
+                      kv_caches: List[Tuple[torch.Tensor, torch.Tensor]]) -> Tuple[List[int], Optional[SamplerOutput]]:
+        """Run one step; returns the sampled sequences' ids and the sampler's output for them."""
+        model_input = self.prepare_inputs(metadata_list)
+        hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
+                                   model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
+                                   encoder_positions=model_input.encoder_positions,
+                                   encoder_features=model_input.encoder_features)
+        if not model_input.sampled_seq_ids:
+            return [], None
+        logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
+        return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
+
+
+def _metadata_to_device(attn_metadata: AttentionMetadata, device: torch.device) -> None:
+    for part in (attn_metadata.self_attn, attn_metadata.encoder, attn_metadata.cross):
+        if part is None:
+            continue
+        for field in dataclasses.fields(part):
+            value = getattr(part, field.name)
+            if isinstance(value, torch.Tensor):
+                setattr(part, field.name, value.to(device, non_blocking=True))
