@@ -33,7 +33,7 @@ class _EmbeddingStack(nn.Module):
         self.layernorm_embedding = nn.LayerNorm(hf_config.d_model)
 
     def embed(self, shared: Optional[nn.Embedding], input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden_states = (self.embed_tokens or shared)(input_ids)
+        hidden_states = (self.embed_tokens if self.embed_tokens is not None else shared)(input_ids)
         if self.embed_scale != 1.0:
             hidden_states = hidden_states * self.embed_scale
         hidden_states = hidden_states + self.embed_positions(positions + POSITION_OFFSET)

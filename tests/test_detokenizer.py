@@ -11,7 +11,8 @@ from seq2seq_engine.tokenizer import Detokenizer, detokenize_incrementally, get_
 
 REPLACEMENT = "\ufffd"
 MULTIBYTE_LINES = ["héllo wörld 日本語 ça va? naïve café", "Grüße aus Köln — “quotes” and 😀 emoji",
-                   "東京は晴れ, Ελληνικά, русский текст", "señor año über façade ℃ ∑ → ✓"]
+                   "東京は晴れ, Ελληνικά, русский текст",
+                   "señor año über façade ℃ ∑ → ✓"]
 
 
 @pytest.fixture(scope="module")

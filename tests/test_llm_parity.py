@@ -15,9 +15,21 @@ def _decoder_only_prompts(vocab_size, generator):
     return [torch.randint(4, vocab_size, (n,), generator=generator).tolist() for n in lengths]
 
 
+@pytest.fixture(scope="module")
+def cached():
+    """Checkpoints and HF references are built once per architecture and shared by the engine variants."""
+    return {}
+
+
+def _cached(cache, key, build):
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def _run_llm(model_dir, prompts, **engine_kwargs):
     llm = LLM(model_dir, skip_tokenizer_init=True, dtype="float32", block_size=engine_kwargs.pop("block_size", 4),
-              **engine_kwargs)
+              kv_cache_space_gb=0.05, **engine_kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=NUM_TOKENS, ignore_eos=True, logprobs=0)
     outputs = llm.generate(prompts, params, use_tqdm=False)
     assert llm.llm_engine.scheduler.block_manager.get_num_free_gpu_blocks() == \
@@ -41,23 +53,25 @@ ENGINE_VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2", "opt"])
-@pytest.mark.parametrize("variant", list(ENGINE_VARIANTS))
-def test_decoder_only_parity(arch, variant, tmp_path):
-    model_dir, hf_model = build_tiny_model(arch, tmp_path)
-    generator = torch.Generator().manual_seed(1)
-    prompts = _decoder_only_prompts(hf_model.config.vocab_size, generator)
+def _decoder_only_case(arch, tmp_path_factory):
+    model_dir, hf_model = build_tiny_model(arch, tmp_path_factory.mktemp(arch))
+    prompts = _decoder_only_prompts(hf_model.config.vocab_size, torch.Generator().manual_seed(1))
+    return model_dir, prompts, [hf_greedy(hf_model, None, p, NUM_TOKENS) for p in prompts]
+
+
+@pytest.mark.parametrize("arch,variant", [("llama", v) for v in ENGINE_VARIANTS]
+                         + [("gpt2", "roomy"), ("gpt2", "swap"), ("opt", "roomy"), ("opt", "recompute")])
+def test_decoder_only_parity(arch, variant, cached, tmp_path_factory):
+    model_dir, prompts, references = _cached(cached, arch, lambda: _decoder_only_case(arch, tmp_path_factory))
     outputs, llm = _run_llm(model_dir, [TokensPrompt(prompt_token_ids=p) for p in prompts],
                             **ENGINE_VARIANTS[variant])
-    references = [hf_greedy(hf_model, None, p, NUM_TOKENS) for p in prompts]
     _assert_matches(outputs, references)
     if variant != "roomy":
         assert llm.llm_engine.scheduler.num_cumulative_preemption > 0
 
 
-@pytest.mark.parametrize("variant", list(ENGINE_VARIANTS))
-def test_bart_parity(variant, tmp_path):
-    model_dir, hf_model = build_tiny_model("bart", tmp_path)
+def _bart_case(tmp_path_factory):
+    model_dir, hf_model = build_tiny_model("bart", tmp_path_factory.mktemp("bart"))
     config = hf_model.config
     generator = torch.Generator().manual_seed(2)
     encoder_lens = [5, 40, 12, 3, 27, 18, 8, 33]
@@ -72,8 +86,15 @@ def test_bart_parity(variant, tmp_path):
             prompts.append(ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=encoder),
                                                         decoder_prompt=TokensPrompt(prompt_token_ids=decoder)))
             decoder_prompts.append([config.decoder_start_token_id] + decoder)
-    outputs, llm = _run_llm(model_dir, prompts, **ENGINE_VARIANTS[variant])
     references = [hf_greedy(hf_model, torch.tensor(e), d, NUM_TOKENS) for e, d in zip(encoders, decoder_prompts)]
+    return model_dir, prompts, encoders, decoder_prompts, references
+
+
+@pytest.mark.parametrize("variant", list(ENGINE_VARIANTS))
+def test_bart_parity(variant, cached, tmp_path_factory):
+    model_dir, prompts, encoders, decoder_prompts, references = _cached(
+        cached, "bart", lambda: _bart_case(tmp_path_factory))
+    outputs, llm = _run_llm(model_dir, prompts, **ENGINE_VARIANTS[variant])
     _assert_matches(outputs, references)
     assert [o.encoder_prompt_token_ids for o in outputs] == encoders
     assert [o.prompt_token_ids for o in outputs] == decoder_prompts
@@ -81,9 +102,8 @@ def test_bart_parity(variant, tmp_path):
         assert llm.llm_engine.scheduler.num_cumulative_preemption > 0
 
 
-@pytest.mark.parametrize("variant", ["roomy", "swap"])
-def test_whisper_parity(variant, tmp_path):
-    model_dir, hf_model = build_tiny_model("whisper", tmp_path)
+def _whisper_case(tmp_path_factory):
+    model_dir, hf_model = build_tiny_model("whisper", tmp_path_factory.mktemp("whisper"))
     config = hf_model.config
     generator = torch.Generator().manual_seed(3)
     features = [torch.randn(config.num_mel_bins, 2 * config.max_source_positions, generator=generator)
@@ -92,11 +112,17 @@ def test_whisper_parity(variant, tmp_path):
                        for i in range(8)]
     prompts = [TokensPrompt(prompt_token_ids=d, multi_modal_data={"input_features": f})
                for d, f in zip(decoder_prompts, features)]
+    references = [hf_greedy(hf_model, f, d, NUM_TOKENS, features=True) for f, d in zip(features, decoder_prompts)]
+    return model_dir, prompts, references
+
+
+@pytest.mark.parametrize("variant", ["roomy", "swap"])
+def test_whisper_parity(variant, cached, tmp_path_factory):
+    model_dir, prompts, references = _cached(cached, "whisper", lambda: _whisper_case(tmp_path_factory))
     kwargs = dict(ENGINE_VARIANTS[variant])
     if variant == "swap":
         kwargs["num_gpu_blocks_override"] = 60
     outputs, llm = _run_llm(model_dir, prompts, **kwargs)
-    references = [hf_greedy(hf_model, f, d, NUM_TOKENS, features=True) for f, d in zip(features, decoder_prompts)]
     _assert_matches(outputs, references)
     if variant != "roomy":
         assert llm.llm_engine.scheduler.num_cumulative_preemption > 0

@@ -172,11 +172,12 @@ def test_top_p_candidate_rounds_give_the_same_distribution(rounds):
     vocab, num_samples = 48, 10000
     row = torch.randn(vocab) * 0.3
     logits = row.expand(num_samples, vocab).contiguous()
-    params = [SamplingParams(top_p=0.75)] * (num_samples // 2) + [SamplingParams(top_p=0.75, top_k=40)] * (num_samples // 2)
+    half = num_samples // 2
+    params = [SamplingParams(top_p=0.75)] * half + [SamplingParams(top_p=0.75, top_k=40)] * half
     tokens = _sample(logits, params, sampler=Sampler(top_p_candidate_rounds=rounds)).sampled_token_ids
-    for half, top_k in ((tokens[:num_samples // 2], -1), (tokens[num_samples // 2:], 40)):
-        assert (_reference_probs(row, top_k=top_k, top_p=0.75, p_slack=1e-4) > 0)[half].all()
-        ok, stat, df, small_ok = _chi_square_ok(half, _reference_probs(row, top_k=top_k, top_p=0.75), num_samples // 2)
+    for part, top_k in ((tokens[:half], -1), (tokens[half:], 40)):
+        assert (_reference_probs(row, top_k=top_k, top_p=0.75, p_slack=1e-4) > 0)[part].all()
+        ok, stat, df, small_ok = _chi_square_ok(part, _reference_probs(row, top_k=top_k, top_p=0.75), half)
         assert ok and small_ok, (stat, df)
 
 

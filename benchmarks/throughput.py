@@ -1,0 +1,212 @@
+"""Offline throughput: the same greedy workload through seq2seq_engine's LLM and HF transformers' generate()."""
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import tempfile
+import time
+from typing import Dict, List, Tuple
+
+import torch
+import transformers
+
+from seq2seq_engine.entrypoints.llm import LLM
+from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt, TokensPrompt
+from seq2seq_engine.sampling_params import SamplingParams
+
+FIRST_ID = 3  # random prompt ids avoid the special tokens 0 (bos), 1 (pad), 2 (eos / decoder start)
+
+WORKLOADS = {
+    # name: (prompt length range, model builder name)
+    "bart": ((64, 512), "bart"),
+    "decoder": ((32, 256), "llama"),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", choices=["bart", "decoder", "all"], default="all")
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hf-batch-size", type=int, default=0, help="HF generate() batch size (0 = all at once)")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--kv-cache-space-gb", type=float, default=2.0)
+    parser.add_argument("--no-warmup", action="store_true", help="skip the short untimed warm-up runs")
+    parser.add_argument("--skip-hf", action="store_true", help="time only this engine")
+    parser.add_argument("--skip-engine", action="store_true", help="time only HF transformers")
+    parser.add_argument("--hf-eos-mode", choices=["min-new-tokens", "ignore"], default="min-new-tokens",
+                        help="min-new-tokens: HF masks EOS until max_new_tokens (min_new_tokens=max_new_tokens); "
+                             "ignore: HF gets eos_token_id=None, so EOS may be generated and does not stop")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 prompts, 16 new tokens")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.num_prompts, args.max_new_tokens = 8, 16
+    return args
+
+
+def build_model(kind: str, seed: int, out_dir: str) -> Tuple[str, torch.nn.Module]:
+    """Random-init a BART-base-shaped or SmolLM2-135M-shaped model with a fixed seed; save_pretrained it."""
+    torch.manual_seed(seed)
+    if kind == "bart":
+        config = transformers.BartConfig(d_model=768, encoder_layers=6, decoder_layers=6,
+                                         encoder_attention_heads=12, decoder_attention_heads=12,
+                                         encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265,
+                                         max_position_embeddings=1024, forced_bos_token_id=None,
+                                         forced_eos_token_id=None)
+        model = transformers.BartForConditionalGeneration(config)
+    else:
+        config = transformers.LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                                          num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
+                                          tie_word_embeddings=True, max_position_embeddings=8192,
+                                          rope_theta=100000.0, rms_norm_eps=1e-5,
+                                          bos_token_id=0, eos_token_id=2, pad_token_id=1)
+        model = transformers.LlamaForCausalLM(config)
+    model = model.eval()
+    model_dir = f"{out_dir}/{kind}"
+    model.save_pretrained(model_dir)
+    return model_dir, model
+
+
+def make_prompts(num: int, length_range: Tuple[int, int], vocab_size: int, seed: int) -> List[List[int]]:
+    rng = random.Random(seed)
+    lo, hi = length_range
+    return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(num)]
+
+
+def run_engine(llm: LLM, prompts: List[List[int]], max_new: int, enc_dec: bool,
+               decoder_start: int) -> Tuple[float, List[List[int]]]:
+    """Greedy, exactly `max_new` tokens per request (min_tokens = max_tokens, ignore_eos)."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_new, min_tokens=max_new, ignore_eos=True)
+    if enc_dec:
+        inputs = [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=p),
+                                               decoder_prompt=TokensPrompt(prompt_token_ids=[decoder_start]))
+                  for p in prompts]
+    else:
+        inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+    start = time.perf_counter()
+    outputs = llm.generate(inputs, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    return seconds, [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def pad_batch(prompts: List[List[int]], pad_id: int, left: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        cols = slice(width - len(p), width) if left else slice(0, len(p))
+        ids[row, cols] = torch.tensor(p)
+        mask[row, cols] = 1
+    return ids, mask
+
+
+def run_hf(model, prompts: List[List[int]], max_new: int, enc_dec: bool, batch_size: int,
+           eos_mode: str = "min-new-tokens") -> Tuple[float, List[List[int]]]:
+    """HF generate(): padded batches (right padding for the encoder, left for decoder-only), greedy."""
+    config = model.config
+    # A fresh generation config: no no_repeat_ngram_size, forced bos/eos or beams from model defaults.
+    eos = config.eos_token_id if eos_mode == "min-new-tokens" else None
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=eos, pad_token_id=config.pad_token_id,
+        decoder_start_token_id=getattr(config, "decoder_start_token_id", None))
+    gen_kwargs = dict(max_new_tokens=max_new, min_new_tokens=max_new if eos is not None else None,
+                      do_sample=False, num_beams=1, no_repeat_ngram_size=0, forced_bos_token_id=None,
+                      forced_eos_token_id=None)
+    batch_size = batch_size or len(prompts)
+    results: List[List[int]] = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for first in range(0, len(prompts), batch_size):
+            chunk = prompts[first:first + batch_size]
+            ids, mask = pad_batch(chunk, config.pad_token_id, left=not enc_dec)
+            sequences = model.generate(input_ids=ids, attention_mask=mask, **gen_kwargs)
+            skip = 1 if enc_dec else ids.shape[1]  # decoder start token / the padded prompt
+            results.extend(row[skip:].tolist() for row in sequences)
+    seconds = time.perf_counter() - start
+    return seconds, results
+
+
+def agreement(ours: List[List[int]], theirs: List[List[int]]) -> Tuple[float, float]:
+    """(fraction of requests with identical token ids, mean fraction of the common prefix)."""
+    same = sum(a == b for a, b in zip(ours, theirs))
+    prefix = []
+    for a, b in zip(ours, theirs):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        prefix.append(n / max(len(a), len(b), 1))
+    return same / max(len(ours), 1), sum(prefix) / max(len(prefix), 1)
+
+
+def run_workload(name: str, args: argparse.Namespace, tmp: str) -> Dict[str, object]:
+    """Build the model, warm both engines up, time both on the same prompts, compare tokens."""
+    length_range, kind = WORKLOADS[name]
+    enc_dec = kind == "bart"
+    model_dir, model = build_model(kind, args.seed, tmp)
+    prompts = make_prompts(args.num_prompts, length_range, model.config.vocab_size, args.seed + 1)
+    decoder_start = getattr(model.config, "decoder_start_token_id", None)
+    row: Dict[str, object] = {"workload": name, "prompts": len(prompts),
+                              "prompt_tokens": sum(map(len, prompts)), "new": args.max_new_tokens}
+    warm = prompts[:2]
+    if not args.skip_engine:
+        llm = LLM(model_dir, skip_tokenizer_init=True, dtype=args.dtype, block_size=args.block_size,
+                  max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb, seed=args.seed)
+        if not args.no_warmup:
+            run_engine(llm, warm, 2, enc_dec, decoder_start)
+        row["ours"] = run_engine(llm, prompts, args.max_new_tokens, enc_dec, decoder_start)
+        print(f"[{name}] seq2seq_engine: {row['ours'][0]:.2f} s", flush=True)
+        del llm
+        gc.collect()
+    if not args.skip_hf:
+        if not args.no_warmup:
+            run_hf(model, warm, 2, enc_dec, 0, args.hf_eos_mode)
+        row["hf"] = run_hf(model, prompts, args.max_new_tokens, enc_dec, args.hf_batch_size, args.hf_eos_mode)
+        print(f"[{name}] hf-generate: {row['hf'][0]:.2f} s", flush=True)
+    del model
+    gc.collect()
+    return row
+
+
+def print_table(rows: List[Dict[str, object]]) -> None:
+    header = f"{'workload':<9} {'engine':<14} {'wall_s':>8} {'gen_tokens':>10} {'tok/s':>8} {'HF/ours':>8}"
+    print("\n" + header + "\n" + "-" * len(header))
+    for row in rows:
+        for key, label in (("ours", "seq2seq_engine"), ("hf", "hf-generate")):
+            if key not in row:
+                continue
+            seconds, outputs = row[key]
+            tokens = sum(map(len, outputs))
+            ratio = ""
+            if key == "ours" and "hf" in row:
+                ratio = f"{row['hf'][0] / seconds:.2f}x"
+            print(f"{row['workload']:<9} {label:<14} {seconds:>8.2f} {tokens:>10d} {tokens / seconds:>8.1f} "
+                  f"{ratio:>8}")
+    print()
+    for row in rows:
+        desc = f"{row['workload']}: {row['prompts']} prompts, {row['prompt_tokens']} prompt tokens, {row['new']} new"
+        if "ours" in row and "hf" in row:
+            exact, prefix = agreement(row["ours"][1], row["hf"][1])
+            desc += f"; token agreement with HF: {exact:.0%} of requests identical, mean common prefix {prefix:.1%}"
+        print(desc)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    print(f"args: {vars(args)}")
+    print(f"argv: {' '.join(sys.argv)}")
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"threads {torch.get_num_threads()}")
+    names = ["bart", "decoder"] if args.workload == "all" else [args.workload]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="s2s_bench_") as tmp:
+        for name in names:
+            rows.append(run_workload(name, args, tmp))
+            sys.stdout.flush()
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
