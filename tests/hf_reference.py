@@ -36,9 +36,12 @@ _CLASSES = {"llama": transformers.LlamaForCausalLM, "gpt2": transformers.GPT2LMH
             "whisper": transformers.WhisperForConditionalGeneration}
 
 
-def build_tiny_model(arch: str, tmp_path) -> Tuple[str, torch.nn.Module]:
+def build_tiny_model(arch: str, tmp_path, **overrides) -> Tuple[str, torch.nn.Module]:
     torch.manual_seed(0)
-    model = _CLASSES[arch](_configs()[arch]()).eval()
+    config = _configs()[arch]()
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    model = _CLASSES[arch](config).eval()
     model_dir = str(tmp_path / arch)
     model.save_pretrained(model_dir)
     return model_dir, model
