@@ -131,3 +131,19 @@ def test_unsupported_architecture_and_missing_model_dir_are_clear(tmp_path):
     config.save_pretrained(tmp_path / "gpt2")
     with pytest.raises(ValueError, match="NoSuchModelForCausalLM"):
         LLM(str(tmp_path / "gpt2"), skip_tokenizer_init=True)
+
+
+def test_kv_cache_size_is_logged(bart_with_tokenizer, caplog):
+    import logging
+    logger = logging.getLogger("seq2seq_engine")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="seq2seq_engine"):
+            llm = LLM(bart_with_tokenizer[0], kv_cache_space_gb=0.01, swap_space_gb=0.005, block_size=8)
+    finally:
+        logger.removeHandler(caplog.handler)
+    config = llm.llm_engine.cache_config
+    assert f"{config.num_gpu_blocks} device blocks" in caplog.text
+    assert f"{config.num_cpu_blocks} CPU swap blocks" in caplog.text
+    # 0.01 GiB over (2 layers × K and V × 8 slots × 4 heads × 16 dims × 4 bytes) per block.
+    assert config.num_gpu_blocks == int(0.01 * (1 << 30)) // (2 * 2 * 8 * 4 * 16 * 4)

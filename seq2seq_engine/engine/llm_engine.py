@@ -14,6 +14,7 @@ from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.output_processor import OutputProcessor
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
+from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.sampling.metadata import make_generator
@@ -36,6 +37,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer: Any,
                  gpu_memory_utilization: float = 0.9) -> None:
+        configure_package_logger()
         self.model_config = config.model_config
         self.device = torch.device(config.device_config.resolved)
         torch.manual_seed(self.model_config.seed)
