@@ -147,3 +147,23 @@ def test_kv_cache_size_is_logged(bart_with_tokenizer, caplog):
     assert f"{config.num_cpu_blocks} CPU swap blocks" in caplog.text
     # 0.01 GiB over (2 layers × K and V × 8 slots × 4 heads × 16 dims × 4 bytes) per block.
     assert config.num_gpu_blocks == int(0.01 * (1 << 30)) // (2 * 2 * 8 * 4 * 16 * 4)
+
+
+def test_min_tokens_keeps_eos_and_stop_tokens_out_until_reached(llm):
+    free_run = llm.generate(TokensPrompt(prompt_token_ids=[0, 5, 6, 2]),
+                            SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+                            use_tqdm=False)[0].outputs[0]
+    banned = free_run.token_ids[0]
+    output = llm.generate(TokensPrompt(prompt_token_ids=[0, 5, 6, 2]),
+                          SamplingParams(temperature=0.0, max_tokens=12, min_tokens=5, stop_token_ids=[banned]),
+                          use_tqdm=False)[0].outputs[0]
+    assert len(output.token_ids) >= 5
+    assert banned not in output.token_ids[:5] and 2 not in output.token_ids[:5]
+
+
+@pytest.mark.parametrize("field,value", [("presence_penalty", 0.5), ("frequency_penalty", 0.5),
+                                         ("repetition_penalty", 1.2), ("prompt_logprobs", 1)])
+def test_options_not_built_yet_are_refused(llm, field, value):
+    with pytest.raises(ValueError, match=field):
+        llm.generate("the sun", SamplingParams(max_tokens=2, **{field: value}), use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests() and _all_free(llm)

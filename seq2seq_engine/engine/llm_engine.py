@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import time
 from typing import Any, Iterable, List, Optional, Union
 
@@ -52,7 +53,8 @@ class LLMEngine:
                                         _DTYPES[self.model_config.dtype], self.device)
         self.scheduler = Scheduler(config.scheduler_config, cache_config)
         self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
-                                        self.model_config.max_model_len, cache_config.block_size)
+                                        self.model_config.max_model_len, cache_config.block_size,
+                                        self.model_config.eos_token_id)
         detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
@@ -62,6 +64,8 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
         from transformers import AutoConfig
+        if not os.path.isfile(os.path.join(args.model, "config.json")):
+            raise FileNotFoundError(f"model {args.model!r} is not a model directory (no config.json there)")
         hf_config = AutoConfig.from_pretrained(args.model, local_files_only=True)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
@@ -91,10 +95,7 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: Any, params: Optional[SamplingParams] = None,
                     arrival_time: Optional[float] = None, priority: int = 0) -> None:
         params = params or SamplingParams()
-        if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
-        if params.best_of > 1:
-            raise ValueError(f"best_of/n > 1 is not supported yet (got best_of={params.best_of})")
+        self._check_supported(params)
         inputs = self.input_preprocessor.preprocess(prompt, params)
         eos = self.model_config.eos_token_id
         decoder_seq = Sequence(next(self._seq_ids), inputs.decoder, self.cache_config.block_size, eos)
@@ -105,6 +106,20 @@ class LLMEngine:
         if params.seed is not None:
             group.generator = make_generator(params.seed, self.device)
         self.scheduler.add_seq_group(group)
+
+    def _check_supported(self, params: SamplingParams) -> None:
+        """Options that are validated but not implemented yet fail loudly instead of being ignored."""
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
+        if params.best_of > 1:
+            raise ValueError(f"best_of/n > 1 is not supported yet (got best_of={params.best_of})")
+        unsupported = {"presence_penalty": (params.presence_penalty, 0.0),
+                       "frequency_penalty": (params.frequency_penalty, 0.0),
+                       "repetition_penalty": (params.repetition_penalty, 1.0),
+                       "prompt_logprobs": (params.prompt_logprobs, None)}
+        for name, (value, default) in unsupported.items():
+            if value != default:
+                raise ValueError(f"{name}={value} is not supported yet; leave it at {default}")
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         request_ids = [request_id] if isinstance(request_id, str) else list(request_id)

@@ -26,6 +26,7 @@ class ModelInput:
     selected_token_indices: torch.Tensor          # positions in the flat batch whose logits are sampled
     sampled_seq_ids: List[int]                    # the sequence each selected position belongs to
     sampling_metadata: Optional[SamplingMetadata]
+    min_tokens_mask: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # (rows, token ids) banned this step
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
@@ -65,8 +66,9 @@ def _slots_of_prefixes(tables: Seq[Seq[int]], lengths: Seq[int], block_size: int
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_model_len: int,
-                 block_size: int) -> None:
+                 block_size: int, eos_token_id: Optional[int] = None) -> None:
         self.model = model
+        self.eos_token_id = eos_token_id
         self.device = torch.device(device)
         self.block_size = block_size
         self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
@@ -157,7 +159,8 @@ class ModelRunner:
             input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
             sampled_seq_ids=sampled_seq_ids,
-            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None)
+            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
+            min_tokens_mask=self._min_tokens_mask(metadata_list))
         if encoder_md is not None:
             self._add_encoder_inputs(model_input, metadata_list)
         return self._to_device(model_input)
@@ -166,6 +169,26 @@ class ModelRunner:
         rows = [(group.sampling_params, group.generator)
                 for group in metadata_list if group.do_sample for _ in group.seq_data]
         return SamplingMetadata.build(rows, self.device)
+
+    def _min_tokens_mask(self, metadata_list: List[SequenceGroupMetadata]):
+        """Until a sequence has min_tokens outputs, EOS and its stop_token_ids cannot be sampled."""
+        rows, tokens = [], []
+        row = 0
+        for group in metadata_list:
+            if not group.do_sample:
+                continue
+            params = group.sampling_params
+            banned = list(params.stop_token_ids)
+            if not params.ignore_eos and self.eos_token_id is not None:
+                banned.append(self.eos_token_id)
+            for seq_data in group.seq_data.values():
+                if banned and seq_data.get_output_len() < params.min_tokens:
+                    rows.extend([row] * len(banned))
+                    tokens.extend(banned)
+                row += 1
+        if not rows:
+            return None
+        return torch.tensor(rows, dtype=torch.long), torch.tensor(tokens, dtype=torch.long)
 
     @staticmethod
     def _add_encoder_inputs(model_input: ModelInput, metadata_list: List[SequenceGroupMetadata]) -> None:
@@ -203,6 +226,9 @@ class ModelRunner:
         if not model_input.sampled_seq_ids:
             return [], None
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
+        if model_input.min_tokens_mask is not None:
+            rows, tokens = model_input.min_tokens_mask
+            logits[rows.to(logits.device), tokens.to(logits.device)] = float("-inf")
         return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
 
 
