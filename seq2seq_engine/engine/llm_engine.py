@@ -10,10 +10,12 @@ from typing import Any, Iterable, List, Optional, Union
 
 import torch
 
+from seq2seq_engine.audio import HOP_LENGTH, load_audio, log_mel_spectrogram
 from seq2seq_engine.config import EngineConfig
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
@@ -96,7 +98,7 @@ class LLMEngine:
                     arrival_time: Optional[float] = None, priority: int = 0) -> None:
         params = params or SamplingParams()
         self._check_supported(params)
-        inputs = self.input_preprocessor.preprocess(prompt, params)
+        inputs = self._audio_to_features(self.input_preprocessor.preprocess(prompt, params))
         eos = self.model_config.eos_token_id
         decoder_seq = Sequence(next(self._seq_ids), inputs.decoder, self.cache_config.block_size, eos)
         encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, self.cache_config.block_size)
@@ -120,6 +122,21 @@ class LLMEngine:
         for name, (value, default) in unsupported.items():
             if value != default:
                 raise ValueError(f"{name}={value} is not supported yet; leave it at {default}")
+
+    def _audio_to_features(self, inputs: EncoderDecoderInputs) -> EncoderDecoderInputs:
+        """Raw audio in an encoder prompt becomes Whisper log-mel features once, at admission."""
+        encoder = inputs.encoder
+        if encoder is None or not encoder.multi_modal_data or "audio" not in encoder.multi_modal_data:
+            return inputs
+        num_mel_bins = getattr(self.model_config.hf_config, "num_mel_bins", None)
+        if num_mel_bins is None:
+            raise ValueError(f"model {self.model_config.model!r} takes no audio (its config has no num_mel_bins)")
+        # The encoder sees 2 frames per position: 3000 frames (30 s) for the released models.
+        num_samples = 2 * self.model_config.max_encoder_len * HOP_LENGTH
+        features = log_mel_spectrogram(load_audio(encoder.multi_modal_data["audio"]), n_mels=num_mel_bins,
+                                       n_samples=num_samples)
+        encoder = dataclasses.replace(encoder, multi_modal_data={"input_features": features})
+        return dataclasses.replace(inputs, encoder=encoder)
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         request_ids = [request_id] if isinstance(request_id, str) else list(request_id)

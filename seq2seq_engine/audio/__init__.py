@@ -1,0 +1,26 @@
+"""Audio input for speech models (Whisper): loading/resampling and log-mel features.
+
+CPU-only dependencies: soundfile (decode), soxr (resample), torch.stft (features).
+torchaudio is deliberately not used (its PyPI wheel is a CUDA build that fails on CPU torch).
+"""
+
+from .features import (
+    CHUNK_LENGTH,
+    CPU_MICRO_BATCH,
+    HOP_LENGTH,
+    N_FFT,
+    N_FRAMES,
+    N_SAMPLES,
+    log_mel_spectrogram,
+    log_mel_spectrogram_batch,
+    mel_filter_bank,
+    num_frames,
+    pad_or_trim,
+)
+from .loading import SAMPLE_RATE, AudioError, is_silent, load_audio, resample, split_into_windows
+
+__all__ = [
+    "AudioError", "SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "CPU_MICRO_BATCH", "N_SAMPLES", "N_FRAMES",
+    "load_audio", "resample", "is_silent", "split_into_windows", "mel_filter_bank", "pad_or_trim",
+    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames",
+]

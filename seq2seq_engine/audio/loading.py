@@ -1,0 +1,201 @@
+"""Decoding, validation and resampling of audio to 16 kHz mono float32.
+
+Choices (documented because they affect numerics):
+
+* Files are decoded with ``soundfile`` (libsndfile: WAV, FLAC, OGG/Vorbis, MP3, ...),
+  always as float32, so integer PCM comes back scaled to [-1, 1).
+* Multi-channel audio is down-mixed by averaging the channels.
+* Resampling uses ``soxr`` with quality ``"HQ"`` (``soxr_hq``) and the output is padded or
+  trimmed to ``ceil(n * target_sr / source_sr)`` samples.  This is exactly what
+  ``transformers.audio_utils.load_audio(..., backend="soundfile")`` and ``librosa.load`` do.
+  (``WhisperFeatureExtractor`` itself never resamples: it rejects a wrong ``sampling_rate``.)
+* Float input is passed through unscaled (as HF does); integer arrays are scaled by their
+  full-scale value (int8/16/32: ``2**(bits-1)``, uint8: centred on 128).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+# Full-scale divisors for integer PCM arrays.
+_INT_SCALE = {np.dtype(np.int8): 2.0**7, np.dtype(np.int16): 2.0**15, np.dtype(np.int32): 2.0**31}
+
+
+class AudioError(ValueError):
+    """Audio could not be loaded or is unusable (names the source and the problem)."""
+
+
+def _describe(source: Any) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, (bytes, bytearray)):
+        return f"<{len(source)} bytes>"
+    if isinstance(source, np.ndarray):
+        return f"<array shape={source.shape} dtype={source.dtype}>"
+    return f"<{type(source).__name__}>"
+
+
+def _to_float32(arr: np.ndarray, name: str) -> np.ndarray:
+    """Validate dtype/values and convert to float32 (integers scaled to [-1, 1])."""
+    dt = arr.dtype
+    if dt in _INT_SCALE:
+        return (arr.astype(np.float32) / np.float32(_INT_SCALE[dt])).astype(np.float32, copy=False)
+    if dt == np.uint8:
+        return (arr.astype(np.float32) - 128.0) / np.float32(128.0)
+    if dt.kind == "f":
+        out = arr.astype(np.float32, copy=False)
+        finite = np.isfinite(out)
+        if not finite.all():
+            bad = int(out.size - np.count_nonzero(finite))
+            what = "NaN" if np.isnan(out).any() else "infinite"
+            raise AudioError(f"{name}: {bad} of {out.size} samples are {what} (non-finite values)")
+        return out
+    if dt.kind in "iu":
+        raise AudioError(
+            f"{name}: unsupported integer dtype {dt} (full scale is ambiguous); "
+            "pass int16/int32 PCM or float samples in [-1, 1]"
+        )
+    raise AudioError(
+        f"{name}: unsupported dtype {dt} (kind {dt.kind!r}); audio must be real float or integer PCM samples"
+    )
+
+
+def _to_mono(arr: np.ndarray, name: str, channels_first: bool | None) -> np.ndarray:
+    if arr.ndim == 1:
+        return arr
+    if arr.ndim != 2:
+        raise AudioError(f"{name}: expected a 1-D (samples) or 2-D (samples x channels) array, got {arr.ndim}-D")
+    if channels_first is None:
+        # Arrays: soundfile's layout is (frames, channels); torch/HF often use (channels, frames).
+        # The channel axis is taken to be the shorter one.
+        channels_first = arr.shape[0] < arr.shape[1]
+    if channels_first:
+        arr = arr.T
+    if arr.shape[1] == 1:
+        return arr[:, 0]
+    return arr.mean(axis=1, dtype=np.float32)
+
+
+def resample(audio: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarray:
+    """Resample 1-D float32 audio with soxr HQ, length ``ceil(n * target_sr / orig_sr)`` (librosa/HF rule)."""
+    if orig_sr == target_sr:
+        return audio
+    import soxr
+
+    n_out = math.ceil(audio.shape[0] * target_sr / orig_sr)
+    out = soxr.resample(audio, orig_sr, target_sr, quality="HQ")
+    if out.shape[0] < n_out:
+        out = np.pad(out, (0, n_out - out.shape[0]))
+    return out[:n_out]
+
+
+def _read_file(source: Any, name: str) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.exists(path):
+            raise AudioError(f"{name}: file not found")
+        if os.path.isdir(path):
+            raise AudioError(f"{name}: is a directory, not an audio file")
+    elif isinstance(source, (bytes, bytearray)):
+        source = io.BytesIO(bytes(source))
+    try:
+        with sf.SoundFile(source) as f:
+            sr = int(f.samplerate)
+            data = f.read(dtype="float32", always_2d=True)
+    except AudioError:
+        raise
+    except Exception as e:  # sf.LibsndfileError, RuntimeError, TypeError for odd file objects
+        msg = str(e).strip() or type(e).__name__
+        raise AudioError(f"{name}: cannot decode audio file (corrupt or unsupported format): {msg}") from e
+    return data, sr
+
+
+def load_audio(source: Any, target_sr: int = SAMPLE_RATE, *, channels_first: bool | None = None) -> np.ndarray:
+    """Load audio as a contiguous 1-D float32 array at ``target_sr`` (mono).
+
+    ``source`` may be:
+      * a path (``str``/``PathLike``), raw file ``bytes`` or a binary file object — decoded with soundfile;
+      * a ``(array, sample_rate)`` tuple — resampled from ``sample_rate``;
+      * a 1-D/2-D ``np.ndarray`` (or torch tensor / list) — assumed to be at ``target_sr`` already.
+    2-D arrays are down-mixed; the channel axis is the shorter one unless ``channels_first`` says.
+
+    Raises ``AudioError`` for a missing/unreadable/corrupt file, empty audio, NaN/inf samples,
+    or an unsupported dtype (complex, object, str, bool, ...).  Silence is not an error: see
+    :func:`is_silent`.
+    """
+    if target_sr <= 0:
+        raise AudioError(f"target_sr must be positive, got {target_sr}")
+    sr = target_sr
+    if isinstance(source, tuple):
+        if len(source) != 2:
+            raise AudioError(f"<tuple>: expected (array, sample_rate), got a tuple of length {len(source)}")
+        source, sr = source
+        if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) or sr <= 0:
+            raise AudioError(f"{_describe(source)}: sample rate must be a positive integer, got {sr!r}")
+        sr = int(sr)
+    name = _describe(source)
+
+    if isinstance(source, (str, os.PathLike, bytes, bytearray)) or hasattr(source, "read"):
+        if sr != target_sr:
+            raise AudioError(f"{name}: a sample rate cannot be given with a file; it is read from the file")
+        data, sr = _read_file(source, name)
+        if data.shape[0] == 0 or data.shape[1] == 0:
+            raise AudioError(f"{name}: audio file contains no samples")
+        arr = _to_float32(data, name)  # soundfile can decode NaNs from float WAVs
+        arr = _to_mono(arr, name, channels_first=False)
+    else:
+        if hasattr(source, "detach") and hasattr(source, "cpu"):  # torch.Tensor
+            source = source.detach().cpu().numpy()
+        try:
+            arr = np.asarray(source)
+        except Exception as e:
+            raise AudioError(f"{name}: cannot convert to an array: {e}") from e
+        if arr.size == 0:
+            raise AudioError(f"{name}: audio is empty (no samples)")
+        arr = _to_float32(arr, name)
+        arr = _to_mono(arr, name, channels_first)
+
+    arr = resample(arr, sr, target_sr)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def is_silent(audio: Any, threshold_db: float = -60.0) -> bool:
+    """True if the RMS level of ``audio`` is below ``threshold_db`` dBFS (or it has no samples)."""
+    a = np.asarray(audio.detach().cpu() if hasattr(audio, "detach") else audio, dtype=np.float64)
+    if a.size == 0:
+        return True
+    rms = math.sqrt(float(np.mean(np.square(a))))
+    return rms <= 10.0 ** (threshold_db / 20.0)
+
+
+def split_into_windows(
+    audio: np.ndarray, window_s: float = 30.0, sample_rate: int = SAMPLE_RATE, stride_s: float | None = None
+) -> list[tuple[int, np.ndarray]]:
+    """Split long audio into ``(start_sample, chunk)`` windows of ``window_s`` seconds.
+
+    Windows start every ``stride_s`` seconds (default: ``window_s``, i.e. no overlap); the last
+    chunk may be shorter (feature extraction pads it).  Chunks are views, not copies.  Audio no
+    longer than one window gives a single ``(0, audio)``; empty audio gives ``[]``.
+    """
+    win = int(round(window_s * sample_rate))
+    stride = win if stride_s is None else int(round(stride_s * sample_rate))
+    if win <= 0 or stride <= 0:
+        raise ValueError(f"window_s and stride_s must be positive, got {window_s}, {stride_s}")
+    n = len(audio)
+    out = []
+    start = 0
+    while start < n:
+        out.append((start, audio[start : start + win]))
+        if start + win >= n:
+            break
+        start += stride
+    return out
