@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 _SAMPLING_EPS = 1e-5
 
@@ -54,12 +54,16 @@ class SamplingParams:
     prompt_logprobs: Optional[int] = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # vLLM-style per-request processors: fn(output_token_ids, logits_row) -> logits_row, applied in order
+    # before sampling (the sampled logprob then comes from the processed row).
+    logits_processors: Optional[List[Callable[[List[int], "torch.Tensor"], "torch.Tensor"]]] = None
 
     def __post_init__(self) -> None:
         if self.best_of is None:
             self.best_of = self.n
         self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        self.logits_processors = list(self.logits_processors or [])
         self._validate()
 
     def _validate(self) -> None:
@@ -88,6 +92,8 @@ class SamplingParams:
             raise ValueError(f"stop must hold non-empty strings, got {self.stop!r}")
         if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must hold non-negative ints, got {self.stop_token_ids!r}")
+        if any(not callable(processor) for processor in self.logits_processors):
+            raise TypeError("logits_processors must hold callables fn(output_token_ids, logits) -> logits")
         if self.temperature < _SAMPLING_EPS and self.best_of > 1:
             raise ValueError(f"best_of must be 1 for greedy sampling (temperature=0), got {self.best_of}")
 

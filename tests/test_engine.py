@@ -167,3 +167,21 @@ def test_options_not_built_yet_are_refused(llm, field, value):
     with pytest.raises(ValueError, match=field):
         llm.generate("the sun", SamplingParams(max_tokens=2, **{field: value}), use_tqdm=False)
     assert not llm.llm_engine.has_unfinished_requests() and _all_free(llm)
+
+
+def test_logits_processors_see_outputs_and_steer_sampling(llm):
+    seen = []
+
+    def only_token_7_then_9(output_token_ids, logits):
+        seen.append(list(output_token_ids))
+        forced = torch.full_like(logits, float("-inf"))
+        forced[7 if len(output_token_ids) % 2 == 0 else 9] = 0.0
+        return forced
+
+    output = llm.generate("the sun", SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True,
+                                                    logits_processors=[only_token_7_then_9]),
+                          use_tqdm=False)[0].outputs[0]
+    assert output.token_ids == [7, 9, 7, 9]
+    assert seen == [[], [7], [7, 9], [7, 9, 7]]
+    with pytest.raises(TypeError, match="logits_processors"):
+        SamplingParams(logits_processors=[3])

@@ -27,6 +27,8 @@ class ModelInput:
     sampled_seq_ids: List[int]                    # the sequence each selected position belongs to
     sampling_metadata: Optional[SamplingMetadata]
     min_tokens_mask: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # (rows, token ids) banned this step
+    # (row, output token ids, processors) for sampled rows whose request has logits processors
+    processor_rows: List[Tuple[int, List[int], list]] = dataclasses.field(default_factory=list)
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
@@ -160,7 +162,8 @@ class ModelRunner:
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
             sampled_seq_ids=sampled_seq_ids,
             sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
-            min_tokens_mask=self._min_tokens_mask(metadata_list))
+            min_tokens_mask=self._min_tokens_mask(metadata_list),
+            processor_rows=self._processor_rows(metadata_list))
         if encoder_md is not None:
             self._add_encoder_inputs(model_input, metadata_list)
         return self._to_device(model_input)
@@ -169,6 +172,19 @@ class ModelRunner:
         rows = [(group.sampling_params, group.generator)
                 for group in metadata_list if group.do_sample for _ in group.seq_data]
         return SamplingMetadata.build(rows, self.device)
+
+    @staticmethod
+    def _processor_rows(metadata_list: List[SequenceGroupMetadata]) -> List[Tuple[int, List[int], list]]:
+        rows = []
+        row = 0
+        for group in metadata_list:
+            if not group.do_sample:
+                continue
+            for seq_data in group.seq_data.values():
+                if group.sampling_params.logits_processors:
+                    rows.append((row, seq_data.output_token_ids, group.sampling_params.logits_processors))
+                row += 1
+        return rows
 
     def _min_tokens_mask(self, metadata_list: List[SequenceGroupMetadata]):
         """Until a sequence has min_tokens outputs, EOS and its stop_token_ids cannot be sampled."""
@@ -229,6 +245,9 @@ class ModelRunner:
         if model_input.min_tokens_mask is not None:
             rows, tokens = model_input.min_tokens_mask
             logits[rows.to(logits.device), tokens.to(logits.device)] = float("-inf")
+        for row, output_token_ids, processors in model_input.processor_rows:
+            for processor in processors:
+                logits[row] = processor(output_token_ids, logits[row])
         return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
 
 
