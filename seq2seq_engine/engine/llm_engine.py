@@ -19,6 +19,7 @@ from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
+from seq2seq_engine.model_resolver import resolve_model_path
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
@@ -66,13 +67,15 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
         from transformers import AutoConfig
-        if not os.path.isfile(os.path.join(args.model, "config.json")):
+        if os.path.isdir(args.model) and not os.path.isfile(os.path.join(args.model, "config.json")):
             raise FileNotFoundError(f"model {args.model!r} is not a model directory (no config.json there)")
-        hf_config = AutoConfig.from_pretrained(args.model, local_files_only=True)
+        # A CTranslate2 directory or a short name ("whisper-base") resolves to a converted HF directory.
+        model_dir = resolve_model_path(args.model)
+        hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
-        model, _ = load_model(args.model, _DTYPES[args.dtype], device)
-        tokenizer = None if args.skip_tokenizer_init else get_tokenizer(args.model)
+        model, _ = load_model(model_dir, _DTYPES[args.dtype], device)
+        tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
         return cls(config, model, tokenizer, args.gpu_memory_utilization)
 
     def _sized_cache_config(self, config: EngineConfig, model, gpu_memory_utilization: float):

@@ -1,0 +1,186 @@
+"""Whisper models in CTranslate2 format (model.bin v6 + config.json + tokenizer.json) → HF transformers directories.
+
+    hf_dir = load_ct2_whisper(ct2_dir)         # converted once, then reused from the cache
+    ct2_whisper_to_hf(ct2_dir, out_dir)        # or convert into a directory of your choice
+    python -m seq2seq_engine.ct2_whisper CT2_DIR OUT_DIR [--dtype float32] [--model-file PART ...]
+
+The output directory holds model.safetensors, config.json (WhisperForConditionalGeneration), generation_config.json
+(suppress lists, task/language ids, alignment heads), preprocessor_config.json (WhisperFeatureExtractor) and the
+fixed tokenizer (see seq2seq_engine/ct2/whisper_tokenizer.py). Cache root: $SEQ2SEQ_ENGINE_CACHE, else
+~/.cache/seq2seq_engine.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import List, Optional, Sequence
+
+import torch
+
+from seq2seq_engine.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
+from seq2seq_engine.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
+                                                  write_fixed_tokenizer)
+from seq2seq_engine.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
+
+logger = logging.getLogger(__name__)
+
+CONVERTER_VERSION = 1
+CACHE_ENV = "SEQ2SEQ_ENGINE_CACHE"
+WHISPER_SPEC = "WhisperSpec"
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+__all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "main"]
+
+
+def _ct2_config(ct2_dir: str) -> dict:
+    path = os.path.join(ct2_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    if "architectures" in config:
+        raise ValueError(f"{ct2_dir!r} looks like an HF transformers directory (config.json has architectures), "
+                         f"not a CTranslate2 one")
+    return config
+
+
+def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.float32,
+                      model_files: Optional[Sequence[str]] = None) -> str:
+    """Convert the CTranslate2 Whisper directory `ct2_dir` into the HF directory `out_dir`; returns out_dir.
+
+    model_files: the model.bin (or its parts, read as one concatenated file) when not in `ct2_dir` itself;
+    by default model_bin_files(ct2_dir).
+    """
+    import transformers
+    from safetensors.torch import save_file
+
+    ct2_dir, out_dir = os.fspath(ct2_dir), os.fspath(out_dir)
+    files = list(model_files) if model_files else model_bin_files(ct2_dir)
+    ct2_config = _ct2_config(ct2_dir)
+    spec, revision, variables, aliases = read_ct2_model(files)
+    if spec != WHISPER_SPEC:
+        raise ValueError(f"{files[0]} holds a CTranslate2 {spec!r} model, not {WHISPER_SPEC!r}")
+    dims = whisper_dims(variables, aliases)
+    state = ct2_to_hf_state_dict(variables, aliases, dtype)
+    del variables
+
+    vocab = read_vocab(ct2_dir)
+    ids = special_ids(vocab)
+    multilingual = dims["vocab_size"] >= 51865
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    suppress = [int(i) for i in ct2_config.get("suppress_ids", [])]
+    begin_suppress = [int(i) for i in ct2_config.get("suppress_ids_begin", [])]
+    config = transformers.WhisperConfig(
+        **dims, architectures=["WhisperForConditionalGeneration"], decoder_start_token_id=ids["sot"],
+        bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"], suppress_tokens=suppress,
+        begin_suppress_tokens=begin_suppress)
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    setattr(config, dtype_key, str(dtype).replace("torch.", ""))
+    config.save_pretrained(out_dir)
+
+    alignment_heads = [[int(layer), int(head)] for layer, head in ct2_config.get("alignment_heads", [])]
+    generation = dict(
+        decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"],
+        suppress_tokens=suppress, begin_suppress_tokens=begin_suppress, max_length=dims["max_target_positions"],
+        no_timestamps_token_id=ids["notimestamps"], is_multilingual=multilingual, return_timestamps=False,
+        max_initial_timestamp_index=50, alignment_heads=alignment_heads)
+    if "startofprev" in ids:
+        generation["prev_sot_token_id"] = ids["startofprev"]
+    if multilingual:
+        generation["lang_to_id"] = language_tokens(vocab)
+        generation["task_to_id"] = {task: ids[task] for task in ("transcribe", "translate") if task in ids}
+        lang_ids = sorted(int(i) for i in ct2_config.get("lang_ids", []))
+        if lang_ids and lang_ids != sorted(generation["lang_to_id"].values()):
+            logger.warning("%s: config.json lang_ids differ from the tokenizer's language tokens; using the "
+                           "tokenizer's", ct2_dir)
+    with open(os.path.join(out_dir, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump(generation, f, indent=2)
+
+    transformers.WhisperFeatureExtractor(feature_size=dims["num_mel_bins"], sampling_rate=16000, hop_length=160,
+                                         chunk_length=30, n_fft=400).save_pretrained(out_dir)
+    write_fixed_tokenizer(ct2_dir, out_dir, dims["vocab_size"], model_max_length=dims["max_target_positions"])
+    with open(os.path.join(out_dir, "ct2_source.json"), "w", encoding="utf-8") as f:
+        json.dump({"ct2_dir": os.path.abspath(ct2_dir), "model_files": [os.path.abspath(p) for p in files],
+                   "spec_revision": revision, "converter_version": CONVERTER_VERSION}, f, indent=2)
+    return out_dir
+
+
+def cache_root() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "seq2seq_engine")
+
+
+def _cache_name(ct2_dir: str, files: List[str], dtype: torch.dtype) -> str:
+    absolute = os.path.abspath(ct2_dir)
+    fingerprint = [CONVERTER_VERSION, str(dtype), absolute]
+    for path in files + [os.path.join(ct2_dir, n) for n in ("config.json", "tokenizer.json")]:
+        if os.path.isfile(path):
+            stat = os.stat(path)
+            fingerprint.append([os.path.abspath(path), stat.st_size, stat.st_mtime_ns])
+    digest = hashlib.sha256(json.dumps(fingerprint).encode()).hexdigest()[:16]
+    label = "-".join(p for p in absolute.split(os.sep)[-2:] if p)
+    return f"{re.sub(r'[^A-Za-z0-9_.]+', '_', label)}-{digest}"
+
+
+def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, dtype: torch.dtype = torch.float32,
+                     cache_dir: Optional[str] = None) -> str:
+    """The HF directory converted from `ct2_dir`, converting it into the cache on first use.
+
+    The cache entry is named after the directory plus a hash of the model files' paths, sizes and mtimes, so an
+    updated package converts again. Concurrent callers are safe: each converts into a temporary directory that is
+    renamed into place.
+    """
+    ct2_dir = os.fspath(ct2_dir)
+    files = [os.fspath(p) for p in model_files] if model_files else model_bin_files(ct2_dir)
+    version, spec, _ = read_ct2_header(files[0])
+    if version != BINARY_VERSION or spec != WHISPER_SPEC:
+        raise ValueError(f"{files[0]} is a CTranslate2 binary version {version} {spec or '?'} model; only version "
+                         f"{BINARY_VERSION} {WHISPER_SPEC} models can be converted")
+    root = cache_dir or cache_root()
+    target = os.path.join(root, _cache_name(ct2_dir, files, dtype))
+    if os.path.isfile(os.path.join(target, "config.json")):
+        return target
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
+    try:
+        logger.info("converting CTranslate2 Whisper model %s into %s", ct2_dir, target)
+        ct2_whisper_to_hf(ct2_dir, tmp, dtype=dtype, model_files=files)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not os.path.isfile(os.path.join(target, "config.json")):
+                raise
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.ct2_whisper",
+                                     description="Convert a CTranslate2 Whisper model directory to HF transformers.")
+    parser.add_argument("ct2_dir", help="directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
+    parser.add_argument("out_dir", help="output HF directory (created)")
+    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32", help="weight dtype (default float32)")
+    parser.add_argument("--model-file", action="append", default=None,
+                        help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
+    args = parser.parse_args(argv)
+    try:
+        out = ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype], model_files=args.model_file)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

