@@ -1,4 +1,4 @@
-"""Command line: `seq2seq-engine generate --model DIR --input prompts.txt|jsonl --output out.jsonl`."""
+"""Command line: `seq2seq-engine generate ...` (text/token prompts) and `seq2seq-engine transcribe AUDIO...`."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Iterator, List, Optional, TextIO
 
+from seq2seq_engine.entrypoints import transcribe_cli
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.sampling_params import SamplingParams
 
@@ -76,11 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--batch-size", type=int, default=256, help="prompts per engine run (output order kept)")
     generate.add_argument("--skip-tokenizer-init", action="store_true", help="token-id prompts only, no text")
     generate.add_argument("--quiet", action="store_true", help="no progress bar")
+    transcribe_cli.add_parser(commands)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "transcribe":
+        return transcribe_cli.run(args)
     try:
         if args.output == "-":
             count = run_generate(args, sys.stdout)

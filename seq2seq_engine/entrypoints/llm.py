@@ -22,6 +22,13 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def transcribe(self, audio, **kwargs):
+        """Transcribe (or translate) audio with a Whisper model: one TranscriptionResult per input, in input order.
+        Keyword arguments: see seq2seq_engine.transcription.transcribe (language, task, timestamps,
+        condition_on_previous_text, max_new_tokens, use_tqdm, max_in_flight, skip_silence)."""
+        from seq2seq_engine.transcription import transcribe
+        return transcribe(self, audio, **kwargs)
+
     def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, Seq[SamplingParams]]] = None,
                  use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:
         """Generate for one prompt or a list; `sampling_params` is one object or one per prompt."""

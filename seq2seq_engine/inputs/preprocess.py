@@ -112,7 +112,10 @@ class InputPreprocessor:
                                     add_special_tokens=not audio_request)
         self._check_vocab(token_ids, "decoder_prompt")
         start = self.model_config.decoder_start_token_id
-        if not token_ids or token_ids[0] != start:
+        # A Whisper prompt conditioned on previous text (<|startofprev|> ... <|startoftranscript|> ...) already
+        # carries the start token after its context: keep it as given, as HF's Whisper generate does.
+        keeps_start = audio_request and start in token_ids
+        if not token_ids or (token_ids[0] != start and not keeps_start):
             token_ids = [start] + token_ids
         return SingletonInputs(prompt_token_ids=token_ids, prompt=decoder.text)
 

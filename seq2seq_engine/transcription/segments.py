@@ -1,0 +1,80 @@
+"""From the tokens generated for each 30 s window to one input's text and segments.
+
+A window's tokens with timestamps look like `<|0.00|> Hello<|1.20|><|1.40|> world.<|2.00|>`: text between an
+opening and a closing timestamp is a segment; consecutive timestamps close one segment and open the next; a final
+single timestamp (right before `<|endoftext|>`) closes the last. Text left open at the end of a window (the
+window cut mid-sentence, or max_new_tokens ran out) ends at the window's end. Times are relative to the window
+and shifted by its offset in the input; they are clamped to the window's audio and rounded to the microsecond.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, List, Sequence, Tuple
+
+from seq2seq_engine.transcription.prompts import TIME_PRECISION, WhisperTokens
+from seq2seq_engine.transcription.results import Segment
+
+RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
+
+
+@dataclasses.dataclass
+class WindowTokens:
+    """What one window produced: its offset and length in the input (seconds) and its generated tokens
+    (without `<|endoftext|>`)."""
+
+    offset: float
+    duration: float
+    token_ids: List[int]
+
+
+def split_segments(token_ids: Sequence[int], tokens: WhisperTokens, window_duration: float,
+                   time_precision: float = TIME_PRECISION) -> List[RawSegment]:
+    """Segments of one window's generated tokens, times relative to the window (see the module docstring).
+
+    Special tokens other than timestamps are ignored; segments without text are dropped.
+    """
+    segments: List[RawSegment] = []
+    start = None          # time of the open segment's opening timestamp
+    last_end = 0.0        # where text with no opening timestamp starts
+    text: List[int] = []
+    for token in token_ids:
+        if tokens.is_timestamp(token):
+            time = min(round((token - tokens.timestamp_begin) * time_precision, 6), window_duration)
+            if text:
+                begin = last_end if start is None else start
+                segments.append((begin, max(time, begin), text))
+                last_end, start, text = time, None, []
+            else:
+                start = time  # an opening timestamp (a later one replaces an earlier, empty opening)
+        elif tokens.is_text(token):
+            text.append(int(token))
+    if text:
+        begin = last_end if start is None else start
+        segments.append((begin, max(window_duration, begin), text))
+    return segments
+
+
+def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Callable[[List[int]], str],
+           timestamps: bool) -> Tuple[str, List[Segment]]:
+    """One input's (text, segments) from its windows, in order.
+
+    With timestamps, each window's segments are shifted by the window's offset; without, each window that has
+    text is one segment spanning the window. The text is the windows' texts joined (Whisper's text tokens carry
+    their leading spaces), stripped; each segment's text is stripped.
+    """
+    segments: List[Segment] = []
+    pieces: List[str] = []
+    for window in windows:
+        if timestamps:
+            for start, end, text_ids in split_segments(window.token_ids, tokens, window.duration):
+                text = decode(text_ids)
+                pieces.append(text)
+                if text.strip():
+                    segments.append(Segment(round(window.offset + start, 6), round(window.offset + end, 6),
+                                            text.strip()))
+        else:
+            text = decode([t for t in window.token_ids if tokens.is_text(t)])
+            pieces.append(text)
+            if text.strip():
+                segments.append(Segment(window.offset, window.offset + window.duration, text.strip()))
+    return "".join(pieces).strip(), segments
