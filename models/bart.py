@@ -6,16 +6,15 @@ sqrt(d_model) when ``config.scale_embedding``, ``final_logits_bias``, lm_head ti
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.attention import AttentionMetadata
-from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderLayer, KVCache, embed_scale,
-                                                         load_hf_weights, segment_positions)
-from seq2seq_engine.models.utils import as_kv_cache_list
+from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderDecoderForGeneration, EncoderLayer,
+                                                         KVCache, embed_scale, load_hf_weights, segment_positions)
 
 POSITION_OFFSET = 2   # BART/mBART learned position tables start at index 2 (fairseq padding legacy)
 
@@ -87,11 +86,10 @@ class BartModel(nn.Module):
         self.decoder = BartDecoder(hf_config, pre_norm, final_layer_norm, own_embed_tokens=not tied)
 
 
-class BartForConditionalGeneration(nn.Module):
+class BartForConditionalGeneration(EncoderDecoderForGeneration):
     """BART for generation. forward() returns decoder hidden states [num_tokens, d_model]; the encoder runs only
     in steps with ``attn_metadata.encoder`` (prefills), on the prefill requests' encoder prompts concatenated."""
 
-    is_encoder_decoder = True
     pre_norm = False            # mBART: True
     final_layer_norm = False    # mBART: True
 
@@ -106,24 +104,21 @@ class BartForConditionalGeneration(nn.Module):
                                                                        bias=False)
 
     # ------------------------------------------------------------------------------------------------ forward
-    def encode(self, encoder_input_ids: torch.Tensor, encoder_positions: Optional[torch.Tensor],
-               attn_metadata: AttentionMetadata) -> torch.Tensor:
+    @property
+    def num_decoder_layers(self) -> int:
+        return len(self.model.decoder.layers)
+
+    def encode(self, attn_metadata: AttentionMetadata, encoder_input_ids: Optional[torch.Tensor] = None,
+               encoder_positions: Optional[torch.Tensor] = None, **unused_inputs) -> torch.Tensor:
         """Encoder output [num_encoder_tokens, d_model] for the prefill requests' encoder prompts."""
+        if encoder_input_ids is None:
+            raise ValueError("this step runs the encoder (attn_metadata.encoder is set) but no "
+                             "encoder_input_ids were given")
         if encoder_positions is None:
             encoder_positions = segment_positions(attn_metadata, encoder_input_ids.device)
         return self.model.encoder(self.model.shared, encoder_input_ids, encoder_positions, attn_metadata)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_caches: Optional[Sequence[Optional[KVCache]]], attn_metadata: AttentionMetadata,
-                encoder_input_ids: Optional[torch.Tensor] = None, encoder_positions: Optional[torch.Tensor] = None,
-                encoder_features: Optional[torch.Tensor] = None) -> torch.Tensor:
-        encoder_hidden_states = None
-        if attn_metadata.encoder is not None:
-            if encoder_input_ids is None:
-                raise ValueError("this step runs the encoder (attn_metadata.encoder is set) but no "
-                                 "encoder_input_ids were given")
-            encoder_hidden_states = self.encode(encoder_input_ids, encoder_positions, attn_metadata)
-        caches = as_kv_cache_list(kv_caches, len(self.model.decoder.layers))
+    def decode(self, input_ids, positions, encoder_hidden_states, caches, attn_metadata) -> torch.Tensor:
         return self.model.decoder(self.model.shared, input_ids, positions, encoder_hidden_states, caches,
                                   attn_metadata)
 

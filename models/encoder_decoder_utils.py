@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
-from seq2seq_engine.models.utils import WeightLoader, get_activation
+from seq2seq_engine.models.utils import WeightLoader, as_kv_cache_list, get_activation
 
 KVCache = Tuple[torch.Tensor, torch.Tensor]
 
@@ -144,6 +144,25 @@ class DecoderLayer(nn.Module):
         hidden_states = self.encoder_attn_layer_norm(
             hidden_states + self.encoder_attn(hidden_states, encoder_hidden_states, kv_cache, attn_metadata))
         return self.final_layer_norm(hidden_states + self.fc2(self.activation_fn(self.fc1(hidden_states))))
+
+
+class EncoderDecoderForGeneration(nn.Module):
+    """The forward shared by encoder/decoder models: the encoder runs only in steps that hold prefill requests
+    (attn_metadata.encoder is set), its output feeds the cross-attention layers, then the decoder runs.
+    Subclasses provide `encode(attn_metadata, **encoder_inputs)`, `decode(...)` and `num_decoder_layers`."""
+
+    is_encoder_decoder = True
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches, attn_metadata: AttentionMetadata,
+                encoder_input_ids: Optional[torch.Tensor] = None, encoder_positions: Optional[torch.Tensor] = None,
+                encoder_features: Optional[torch.Tensor] = None) -> torch.Tensor:
+        encoder_hidden_states = None
+        if attn_metadata.encoder is not None:
+            encoder_hidden_states = self.encode(attn_metadata, encoder_input_ids=encoder_input_ids,
+                                                encoder_positions=encoder_positions,
+                                                encoder_features=encoder_features)
+        caches = as_kv_cache_list(kv_caches, self.num_decoder_layers)
+        return self.decode(input_ids, positions, encoder_hidden_states, caches, attn_metadata)
 
 
 def segment_positions(attn_metadata: AttentionMetadata, device: torch.device) -> torch.Tensor:

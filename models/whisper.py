@@ -8,15 +8,15 @@ embeddings (no scaling) → pre-norm layers with self- and cross-attention → l
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence, Tuple
+from typing import Iterable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.attention import AttentionMetadata
-from seq2seq_engine.models.encoder_decoder_utils import DecoderLayer, EncoderLayer, KVCache, load_hf_weights
-from seq2seq_engine.models.utils import as_kv_cache_list
+from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderDecoderForGeneration, EncoderLayer,
+                                                        load_hf_weights)
 
 
 class WhisperEncoder(nn.Module):
@@ -82,11 +82,9 @@ class WhisperModel(nn.Module):
         self.decoder = WhisperDecoder(hf_config)
 
 
-class WhisperForConditionalGeneration(nn.Module):
+class WhisperForConditionalGeneration(EncoderDecoderForGeneration):
     """Whisper for generation. Each prefill request contributes ``max_source_positions`` encoder tokens (1500 for
     the released models): the runner's encoder lengths / cross slots must use that count."""
-
-    is_encoder_decoder = True
 
     def __init__(self, hf_config) -> None:
         super().__init__()
@@ -100,20 +98,18 @@ class WhisperForConditionalGeneration(nn.Module):
     def num_encoder_tokens_per_request(self) -> int:
         return self.config.max_source_positions
 
-    def encode(self, encoder_features: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
+    @property
+    def num_decoder_layers(self) -> int:
+        return len(self.model.decoder.layers)
+
+    def encode(self, attn_metadata: AttentionMetadata, encoder_features: Optional[torch.Tensor] = None,
+               **unused_inputs) -> torch.Tensor:
+        if encoder_features is None:
+            raise ValueError("this step runs the encoder (attn_metadata.encoder is set) but no "
+                             "encoder_features (log-mel input features) were given")
         return self.model.encoder(encoder_features, attn_metadata)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_caches: Optional[Sequence[Optional[KVCache]]], attn_metadata: AttentionMetadata,
-                encoder_input_ids: Optional[torch.Tensor] = None, encoder_positions: Optional[torch.Tensor] = None,
-                encoder_features: Optional[torch.Tensor] = None) -> torch.Tensor:
-        encoder_hidden_states = None
-        if attn_metadata.encoder is not None:
-            if encoder_features is None:
-                raise ValueError("this step runs the encoder (attn_metadata.encoder is set) but no "
-                                 "encoder_features (log-mel input features) were given")
-            encoder_hidden_states = self.encode(encoder_features, attn_metadata)
-        caches = as_kv_cache_list(kv_caches, len(self.model.decoder.layers))
+    def decode(self, input_ids, positions, encoder_hidden_states, caches, attn_metadata) -> torch.Tensor:
         return self.model.decoder(input_ids, positions, encoder_hidden_states, caches, attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
 _SAMPLING_EPS = 1e-5
 
@@ -56,7 +56,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # vLLM-style per-request processors: fn(output_token_ids, logits_row) -> logits_row, applied in order
     # before sampling (the sampled logprob then comes from the processed row).
-    logits_processors: Optional[List[Callable[[List[int], "torch.Tensor"], "torch.Tensor"]]] = None
+    logits_processors: Optional[List[Callable[[List[int], Any], Any]]] = None
 
     def __post_init__(self) -> None:
         if self.best_of is None:
