@@ -18,6 +18,8 @@ from seq2seq_engine.sampling_params import SamplingParams
 
 FIRST_ID = 3  # random prompt ids avoid the special tokens 0 (bos), 1 (pad), 2 (eos / decoder start)
 
+LABELS = {"ours": "seq2seq_engine", "hf": "hf-generate"}
+
 WORKLOADS = {
     # name: (prompt length range, model builder name)
     "bart": ((64, 512), "bart"),
@@ -145,32 +147,32 @@ def agreement(ours: List[List[int]], theirs: List[List[int]]) -> Tuple[float, fl
 
 
 def run_workload(name: str, args: argparse.Namespace, tmp: str) -> Dict[str, object]:
-    """Build the model, warm both engines up, time both on the same prompts, compare tokens."""
+    """Build the model, warm both engines up, time both on the same prompts (interleaved), compare tokens."""
     length_range, kind = WORKLOADS[name]
     enc_dec = kind == "bart"
     model_dir, model = build_model(kind, args.seed, tmp, args.init_std)
     prompts = make_prompts(args.num_prompts, length_range, model.config.vocab_size, args.seed + 1)
     decoder_start = getattr(model.config, "decoder_start_token_id", None)
-    row: Dict[str, object] = {"workload": name, "prompts": len(prompts),
+    row: Dict[str, object] = {"workload": name, "prompts": len(prompts), "eos": model.config.eos_token_id,
+                              "hf_eos_mode": args.hf_eos_mode,
                               "prompt_tokens": sum(map(len, prompts)), "new": args.max_new_tokens}
-    warm = prompts[:2]
+    runners = {}
     if not args.skip_engine:
         llm = LLM(model_dir, skip_tokenizer_init=True, dtype=args.dtype, block_size=args.block_size,
                   max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb, seed=args.seed)
-        if not args.no_warmup:
-            run_engine(llm, warm, 2, enc_dec, decoder_start)
-        row["ours"] = min((run_engine(llm, prompts, args.max_new_tokens, enc_dec, decoder_start)
-                           for _ in range(args.repeat)), key=lambda r: r[0])
-        print(f"[{name}] seq2seq_engine: {row['ours'][0]:.2f} s", flush=True)
-        del llm
-        gc.collect()
+        runners["ours"] = lambda batch, new: run_engine(llm, batch, new, enc_dec, decoder_start)
     if not args.skip_hf:
-        if not args.no_warmup:
-            run_hf(model, warm, 2, enc_dec, 0, args.hf_eos_mode)
-        row["hf"] = min((run_hf(model, prompts, args.max_new_tokens, enc_dec, args.hf_batch_size, args.hf_eos_mode)
-                         for _ in range(args.repeat)), key=lambda r: r[0])
-        print(f"[{name}] hf-generate: {row['hf'][0]:.2f} s", flush=True)
-    del model
+        runners["hf"] = lambda batch, new: run_hf(model, batch, new, enc_dec, args.hf_batch_size, args.hf_eos_mode)
+    if not args.no_warmup:
+        for runner in runners.values():
+            runner(prompts[:2], 2)
+    for attempt in range(args.repeat):  # interleaved, so load changes on a shared machine hit both alike
+        for key, runner in runners.items():
+            result = runner(prompts, args.max_new_tokens)
+            print(f"[{name}] run {attempt + 1}: {LABELS[key]} {result[0]:.2f} s", flush=True)
+            if key not in row or result[0] < row[key][0]:
+                row[key] = result
+    runners.clear()
     gc.collect()
     return row
 
@@ -179,25 +181,33 @@ def print_table(rows: List[Dict[str, object]]) -> None:
     header = f"{'workload':<9} {'engine':<14} {'wall_s':>8} {'gen_tokens':>10} {'tok/s':>8} {'HF/ours':>8}"
     print("\n" + header + "\n" + "-" * len(header))
     for row in rows:
-        for key, label in (("ours", "seq2seq_engine"), ("hf", "hf-generate")):
+        for key in ("ours", "hf"):
             if key not in row:
                 continue
             seconds, outputs = row[key]
             tokens = sum(map(len, outputs))
-            ratio = ""
-            if key == "ours" and "hf" in row:
-                ratio = f"{row['hf'][0] / seconds:.2f}x"
-            print(f"{row['workload']:<9} {label:<14} {seconds:>8.2f} {tokens:>10d} {tokens / seconds:>8.1f} "
+            ratio = f"{row['hf'][0] / seconds:.2f}x" if key == "ours" and "hf" in row else ""
+            print(f"{row['workload']:<9} {LABELS[key]:<14} {seconds:>8.2f} {tokens:>10d} {tokens / seconds:>8.1f} "
                   f"{ratio:>8}")
     print()
     for row in rows:
-        diverse = {k: sum(len(set(o)) for o in row[k][1]) / max(len(row[k][1]), 1) for k in ("ours", "hf") if k in row}
-        desc = f"{row['workload']}: {row['prompts']} prompts, {row['prompt_tokens']} prompt tokens, {row['new']} new"
-        if "ours" in row and "hf" in row:
-            exact, prefix = agreement(row["ours"][1], row["hf"][1])
-            desc += f"; token agreement with HF: {exact:.0%} of requests identical, mean common prefix {prefix:.1%}"
-        desc += "; mean distinct tokens per output: " + ", ".join(f"{k} {v:.1f}" for k, v in diverse.items())
-        print(desc)
+        print_agreement(row)
+
+
+def print_agreement(row: Dict[str, object]) -> None:
+    """Prompt stats, token agreement with HF, output diversity, and a hint when EOS masking differs."""
+    keys = [k for k in ("ours", "hf") if k in row]
+    diverse = {k: sum(len(set(o)) for o in row[k][1]) / max(len(row[k][1]), 1) for k in keys}
+    desc = f"{row['workload']}: {row['prompts']} prompts, {row['prompt_tokens']} prompt tokens, {row['new']} new"
+    if len(keys) == 2:
+        exact, prefix = agreement(row["ours"][1], row["hf"][1])
+        desc += f"; token agreement with HF: {exact:.0%} of requests identical, mean common prefix {prefix:.1%}"
+    desc += "; mean distinct tokens per output: " + ", ".join(f"{k} {v:.1f}" for k, v in diverse.items())
+    print(desc)
+    with_eos = sum(row["eos"] in o for o in row["ours"][1]) if "ours" in row else 0
+    if with_eos and "hf" in row and row["hf_eos_mode"] == "min-new-tokens":
+        print(f"  note: {with_eos} of our outputs contain EOS ({row['eos']}): this engine's min_tokens does not mask "
+              f"EOS logits, HF's min_new_tokens does; --hf-eos-mode ignore compares like for like.")
 
 
 def main(argv=None) -> None:
@@ -211,7 +221,6 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="s2s_bench_") as tmp:
         for name in names:
             rows.append(run_workload(name, args, tmp))
-            sys.stdout.flush()
     print_table(rows)
 
 
