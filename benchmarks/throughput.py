@@ -35,7 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hf-batch-size", type=int, default=0, help="HF generate() batch size (0 = all at once)")
     parser.add_argument("--init-std", type=float, default=0.02,
-                        help="std of the random weights (0.02 = HF default; larger gives less repetitive outputs)")
+                        help="std of the random weights (0.02 = HF default; 0.2 makes the decoder-only outputs "
+                             "non-repetitive)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=256)

@@ -159,6 +159,11 @@ def test_min_tokens_keeps_eos_and_stop_tokens_out_until_reached(llm):
                           use_tqdm=False)[0].outputs[0]
     assert len(output.token_ids) >= 5
     assert banned not in output.token_ids[:5] and 2 not in output.token_ids[:5]
+    # As in vLLM, EOS stays banned under min_tokens even with ignore_eos: force EOS to be the argmax otherwise.
+    prefer_eos = SamplingParams(temperature=0.0, max_tokens=6, min_tokens=4, ignore_eos=True,
+                                logits_processors=[lambda ids, logits: logits.index_fill(0, torch.tensor([2]), 1e4)])
+    eos_output = llm.generate(TokensPrompt(prompt_token_ids=[0, 5, 6, 2]), prefer_eos, use_tqdm=False)[0].outputs[0]
+    assert 2 not in eos_output.token_ids[:4] and eos_output.token_ids[4:] == [2, 2]
 
 
 @pytest.mark.parametrize("field,value", [("presence_penalty", 0.5), ("frequency_penalty", 0.5),

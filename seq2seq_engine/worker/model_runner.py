@@ -194,8 +194,9 @@ class ModelRunner:
             if not group.do_sample:
                 continue
             params = group.sampling_params
+            # As in vLLM, EOS is banned under min_tokens whether or not ignore_eos is set.
             banned = list(params.stop_token_ids)
-            if not params.ignore_eos and self.eos_token_id is not None:
+            if self.eos_token_id is not None:
                 banned.append(self.eos_token_id)
             for seq_data in group.seq_data.values():
                 if banned and seq_data.get_output_len() < params.min_tokens:
@@ -242,12 +243,12 @@ class ModelRunner:
         if not model_input.sampled_seq_ids:
             return [], None
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
-        if model_input.min_tokens_mask is not None:
-            rows, tokens = model_input.min_tokens_mask
-            logits[rows.to(logits.device), tokens.to(logits.device)] = float("-inf")
         for row, output_token_ids, processors in model_input.processor_rows:
             for processor in processors:
                 logits[row] = processor(output_token_ids, logits[row])
+        if model_input.min_tokens_mask is not None:  # last, so that no processor can lift the ban
+            rows, tokens = model_input.min_tokens_mask
+            logits[rows.to(logits.device), tokens.to(logits.device)] = float("-inf")
         return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
 
 
