@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wer import corpus_wer  # noqa: E402
 
 from seq2seq_engine import LLM  # noqa: E402
-from seq2seq_engine.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from seq2seq_engine.audio import SAMPLE_RATE, is_silent, load_audio  # noqa: E402
 from seq2seq_engine.model_resolver import SHORT_NAMES, _packaged_ct2, resolve_model_path  # noqa: E402
 from seq2seq_engine.transcription.pipeline import whisper_tokens_for  # noqa: E402
 
@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--long-seconds", type=float, default=300.0)
     parser.add_argument("--language", default="auto",
                         help="auto: 'en' for English clips on a multilingual model, detected for --clips all")
-    parser.add_argument("--engines", default="ours,hf,ct2", help="comma list of ours, hf, ct2")
+    parser.add_argument("--engines", default="ours,hf,ct2", help="comma list of ours, hf, hf-longform, ct2 (hf: all 30 s windows in one batch; hf-longform: "
+                             "generate() on each whole file, window after window, with timestamps)")
     parser.add_argument("--ours-dtypes", default="float32,bfloat16")
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--threads", type=int, default=2)
@@ -98,8 +99,10 @@ def long_clip(clips: List[Clip], seconds: float) -> Clip:
 
 
 def windows_of(samples: np.ndarray) -> List[np.ndarray]:
-    """Fixed 30 s windows, as the engine's throughput mode splits long inputs."""
-    return [samples[i:i + WINDOW] for i in range(0, max(len(samples), 1), WINDOW)]
+    """Fixed 30 s windows, as the engine's throughput mode splits long inputs, without the silent ones (the
+    engine skips those by default, so the peers get exactly the windows it decodes)."""
+    windows = [samples[i:i + WINDOW] for i in range(0, max(len(samples), 1), WINDOW)]
+    return [w for w in windows if not is_silent(w)]
 
 
 # ---------------------------------------------------------------------------------------------- engines
@@ -140,6 +143,34 @@ def run_hf(hf_dir: str, clips: List[Clip], language: Optional[str], multilingual
     return Run("hf", "float32", wall, texts)
 
 
+def run_hf_longform(hf_dir: str, clips: List[Clip], language: Optional[str], multilingual: bool) -> Run:
+    """HF's own long-form path: generate() over each whole file's features, window after window (it seeks to the
+    last timestamp, so it needs timestamps and its windows differ from the fixed 30 s ones)."""
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    processor = transformers.WhisperProcessor.from_pretrained(hf_dir)
+    kwargs = dict(language=language, task="transcribe") if multilingual else {}
+
+    def transcribe(samples: np.ndarray) -> str:
+        inputs = processor.feature_extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt",
+                                             truncation=False, padding="longest", return_attention_mask=True)
+        if inputs.input_features.shape[-1] < 3000:  # short input: the ordinary (padded) path
+            inputs = processor.feature_extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt",
+                                                 return_attention_mask=True)
+        with torch.no_grad():
+            out = model.generate(inputs.input_features, attention_mask=inputs.attention_mask,
+                                 return_timestamps=True, condition_on_prev_tokens=False, **kwargs)
+        sequences = out.sequences if hasattr(out, "sequences") else out
+        return processor.batch_decode(sequences, skip_special_tokens=True)[0].strip()
+
+    transcribe(clips[0].samples)  # warm-up
+    start = time.perf_counter()
+    texts = [transcribe(clip.samples) for clip in clips]
+    wall = time.perf_counter() - start
+    del model
+    gc.collect()
+    return Run("hf-longform", "float32", wall, texts)
+
+
 def batched_windows(clips: List[Clip], transcribe: Callable[[List[np.ndarray]], List[str]]) -> List[str]:
     """All 30 s windows of all clips in one batch; each clip's text is its windows' texts joined."""
     windows, owner = [], []
@@ -147,7 +178,7 @@ def batched_windows(clips: List[Clip], transcribe: Callable[[List[np.ndarray]], 
         for window in windows_of(clip.samples):
             windows.append(window)
             owner.append(i)
-    texts = transcribe(windows)
+    texts = transcribe(windows) if windows else []
     joined: Dict[int, List[str]] = {}
     for i, text in zip(owner, texts):
         if text:
@@ -265,6 +296,8 @@ def main(argv=None) -> int:
             print(f"  ours {dtype}: failed: {type(error).__name__}: {error}", flush=True)
     if "hf" in engines:
         runs.append(run_hf(hf_dir, clips, language, multilingual))
+    if "hf-longform" in engines:
+        runs.append(run_hf_longform(hf_dir, clips, language, multilingual))
     if "ct2" in engines:
         if importlib.util.find_spec("ctranslate2") is None:
             print("  ct2: ctranslate2 is not installed, skipped")
