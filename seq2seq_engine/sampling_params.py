@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable, List, Optional, Union
+import math
+from typing import Any, Callable, Dict, List, Optional, Union
 
 _SAMPLING_EPS = 1e-5
 
@@ -29,6 +30,34 @@ def _check_range(name: str, value: float, low: float, high: float, low_open: boo
     if too_low or value > high:
         bracket = "(" if low_open else "["
         raise ValueError(f"{name} must be in {bracket}{low}, {high}], got {value}")
+
+
+def _is_token_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_token_ids(name: str, ids, allow_empty: bool = True) -> None:
+    if not isinstance(ids, list) or any(not _is_token_id(t) for t in ids):
+        raise ValueError(f"{name} must be a list of non-negative int token ids, got {ids!r}")
+    if not ids and not allow_empty:
+        raise ValueError(f"{name} must not be empty (leave it None to allow every token)")
+
+
+def _check_token_sequences(name: str, sequences) -> None:
+    if not isinstance(sequences, list) or any(not isinstance(s, list) or not s for s in sequences):
+        raise ValueError(f"{name} must be a list of non-empty lists of token ids, got {sequences!r}")
+    for sequence in sequences:
+        _check_token_ids(name, sequence)
+
+
+def _check_logit_bias(logit_bias) -> None:
+    if not isinstance(logit_bias, dict):
+        raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
+    for token_id, bias in logit_bias.items():
+        if not _is_token_id(token_id):
+            raise ValueError(f"logit_bias keys must be non-negative int token ids, got {token_id!r}")
+        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not math.isfinite(bias):
+            raise ValueError(f"logit_bias values must be finite numbers, got {bias!r} for token {token_id}")
 
 
 @dataclasses.dataclass
@@ -57,6 +86,18 @@ class SamplingParams:
     # vLLM-style per-request processors: fn(output_token_ids, logits_row) -> logits_row, applied in order
     # before sampling (the sampled logprob then comes from the processed row).
     logits_processors: Optional[List[Callable[[List[int], Any], Any]]] = None
+    # Built-in logits processors (seq2seq_engine/sampling/logits_processors; HF transformers semantics unless noted).
+    no_repeat_ngram_size: int = 0                     # n-grams of the decoder prompt + output occur at most once
+    bad_words: Optional[List[str]] = None             # vLLM: each word tokenized with and without a leading space
+    bad_words_ids: Optional[List[List[int]]] = None   # HF: token sequences that may never be completed
+    forced_bos_token_id: Optional[int] = None         # forced when the decoder sequence has length 1
+    forced_eos_token_id: Optional[int] = None         # forced as the last token before max_tokens / max_model_len
+    suppress_tokens: Optional[List[int]] = None       # never sampled
+    begin_suppress_tokens: Optional[List[int]] = None  # not sampled as the first generated token
+    logit_bias: Optional[Dict[int, float]] = None     # OpenAI/vLLM: added to the token's logit
+    allowed_token_ids: Optional[List[int]] = None     # vLLM: every other token is masked
+    # Filled by the engine from `bad_words` and its tokenizer (one clone per request); not for users.
+    _bad_words_token_ids: Optional[List[List[int]]] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.best_of is None:
@@ -64,7 +105,15 @@ class SamplingParams:
         self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
         self.logits_processors = list(self.logits_processors or [])
+        for name in ("bad_words", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "allowed_token_ids",
+                     "_bad_words_token_ids"):
+            value = getattr(self, name)
+            if isinstance(value, (tuple, list)):
+                setattr(self, name, [list(v) if isinstance(v, (tuple, list)) else v for v in value])
+        if self.logit_bias is not None and isinstance(self.logit_bias, dict):
+            self.logit_bias = dict(self.logit_bias)
         self._validate()
+        self._validate_processors()
 
     def _validate(self) -> None:
         _check_int("n", self.n, 1)
@@ -96,6 +145,49 @@ class SamplingParams:
             raise TypeError("logits_processors must hold callables fn(output_token_ids, logits) -> logits")
         if self.temperature < _SAMPLING_EPS and self.best_of > 1:
             raise ValueError(f"best_of must be 1 for greedy sampling (temperature=0), got {self.best_of}")
+
+    def _validate_processors(self) -> None:
+        _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        if self.bad_words is not None and (not isinstance(self.bad_words, list)
+                                           or any(not isinstance(w, str) or not w.strip() for w in self.bad_words)):
+            raise ValueError(f"bad_words must be a list of non-blank strings, got {self.bad_words!r}")
+        for name in ("bad_words_ids", "_bad_words_token_ids"):
+            if getattr(self, name) is not None:
+                _check_token_sequences(name, getattr(self, name))
+        for name in ("forced_bos_token_id", "forced_eos_token_id"):
+            value = getattr(self, name)
+            if value is not None and not _is_token_id(value):
+                raise ValueError(f"{name} must be a non-negative int token id or None, got {value!r}")
+        for name in ("suppress_tokens", "begin_suppress_tokens"):
+            if getattr(self, name) is not None:
+                _check_token_ids(name, getattr(self, name))
+        if self.logit_bias is not None:
+            _check_logit_bias(self.logit_bias)
+        if self.allowed_token_ids is not None:
+            _check_token_ids("allowed_token_ids", self.allowed_token_ids, allow_empty=False)
+            for name in ("forced_bos_token_id", "forced_eos_token_id"):
+                forced = getattr(self, name)
+                if forced is not None and forced not in self.allowed_token_ids:
+                    raise ValueError(f"{name}={forced} is not in allowed_token_ids, so it could never be forced")
+
+    def verify_token_ids(self, vocab_size: int) -> None:
+        """Every token id the request names must be < vocab_size (checked by the engine, which knows the model)."""
+        singles = {"forced_bos_token_id": [self.forced_bos_token_id], "forced_eos_token_id": [self.forced_eos_token_id],
+                   "suppress_tokens": self.suppress_tokens, "begin_suppress_tokens": self.begin_suppress_tokens,
+                   "logit_bias": list(self.logit_bias or {}), "allowed_token_ids": self.allowed_token_ids}
+        sequences = {"bad_words_ids": self.bad_words_ids, "bad_words": self._bad_words_token_ids}
+        named = list(singles.items()) + [(name, [t for seq in seqs or [] for t in seq])
+                                         for name, seqs in sequences.items()]
+        for name, ids in named:
+            for token_id in ids or []:
+                if token_id is not None and token_id >= vocab_size:
+                    raise ValueError(f"{name} holds token id {token_id}, outside the model's vocabulary "
+                                     f"[0, vocab_size) = [0, {vocab_size})")
+
+    @property
+    def all_bad_words_ids(self) -> List[List[int]]:
+        """`bad_words_ids` followed by the tokenized `bad_words` (once the engine has tokenized them)."""
+        return (self.bad_words_ids or []) + (self._bad_words_token_ids or [])
 
     @property
     def sampling_type(self) -> SamplingType:

@@ -147,10 +147,38 @@ def test_sampling_defaults():
     (dict(stop_token_ids=[1, -2]), ValueError, r"^stop_token_ids must hold non-negative ints"),
     (dict(stop_token_ids=[True]), ValueError, r"^stop_token_ids must hold non-negative ints"),
     (dict(temperature=0.0, n=1, best_of=2), ValueError, r"^best_of must be 1 for greedy sampling"),
+    (dict(repetition_penalty=-1.0), ValueError, r"^repetition_penalty must be in \(0.0, inf\]"),
+    (dict(no_repeat_ngram_size=-1), ValueError, r"^no_repeat_ngram_size must be >= 0"),
+    (dict(no_repeat_ngram_size=2.0), TypeError, r"^no_repeat_ngram_size must be an int"),
+    (dict(bad_words="damn"), ValueError, r"^bad_words must be a list of non-blank strings"),
+    (dict(bad_words=["ok", " "]), ValueError, r"^bad_words must be a list of non-blank strings"),
+    (dict(bad_words_ids=[5, 6]), ValueError, r"^bad_words_ids must be a list of non-empty lists of token ids"),
+    (dict(bad_words_ids=[[5], []]), ValueError, r"^bad_words_ids must be a list of non-empty lists of token ids"),
+    (dict(bad_words_ids=[[5, -1]]), ValueError, r"^bad_words_ids must be a list of non-negative int token ids"),
+    (dict(forced_bos_token_id=-3), ValueError, r"^forced_bos_token_id must be a non-negative int token id or None"),
+    (dict(forced_eos_token_id="2"), ValueError, r"^forced_eos_token_id must be a non-negative int token id or None"),
+    (dict(suppress_tokens=[1, 2.5]), ValueError, r"^suppress_tokens must be a list of non-negative int token ids"),
+    (dict(begin_suppress_tokens=7), ValueError, r"^begin_suppress_tokens must be a list of non-negative int"),
+    (dict(logit_bias=[(1, 2.0)]), TypeError, r"^logit_bias must be a dict"),
+    (dict(logit_bias={"5": 1.0}), ValueError, r"^logit_bias keys must be non-negative int token ids"),
+    (dict(logit_bias={5: float("inf")}), ValueError, r"^logit_bias values must be finite numbers"),
+    (dict(allowed_token_ids=[]), ValueError, r"^allowed_token_ids must not be empty"),
+    (dict(allowed_token_ids=[3, -1]), ValueError, r"^allowed_token_ids must be a list of non-negative int token ids"),
+    (dict(allowed_token_ids=[3, 4], forced_eos_token_id=2), ValueError,
+     r"^forced_eos_token_id=2 is not in allowed_token_ids"),
 ])
 def test_sampling_params_rejects(kwargs, error, match):
     with pytest.raises(error, match=match):
         SamplingParams(**kwargs)
+
+
+def test_processor_fields_are_copied_and_normalised():
+    suppress, bias = (4, 5), {3: 1}
+    params = SamplingParams(suppress_tokens=suppress, bad_words_ids=[(1, 2)], logit_bias=bias)
+    assert params.suppress_tokens == [4, 5] and params.bad_words_ids == [[1, 2]]
+    bias[9] = 2.0
+    assert params.logit_bias == {3: 1} and params.all_bad_words_ids == [[1, 2]]
+    assert SamplingParams().all_bad_words_ids == []
 
 
 def test_sampling_type():

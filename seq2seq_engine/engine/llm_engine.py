@@ -21,6 +21,7 @@ from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
 from seq2seq_engine.model_resolver import resolve_model_path
 from seq2seq_engine.outputs import RequestOutput
+from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceGroup
@@ -101,6 +102,7 @@ class LLMEngine:
                     arrival_time: Optional[float] = None, priority: int = 0) -> None:
         params = params or SamplingParams()
         self._check_supported(params)
+        params = self._with_processor_token_ids(params)
         inputs = self._audio_to_features(self.input_preprocessor.preprocess(prompt, params))
         eos = self.model_config.eos_token_id
         decoder_seq = Sequence(next(self._seq_ids), inputs.decoder, self.cache_config.block_size, eos)
@@ -118,13 +120,21 @@ class LLMEngine:
             raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
         if params.best_of > 1:
             raise ValueError(f"best_of/n > 1 is not supported yet (got best_of={params.best_of})")
-        unsupported = {"presence_penalty": (params.presence_penalty, 0.0),
-                       "frequency_penalty": (params.frequency_penalty, 0.0),
-                       "repetition_penalty": (params.repetition_penalty, 1.0),
-                       "prompt_logprobs": (params.prompt_logprobs, None)}
+        unsupported = {"prompt_logprobs": (params.prompt_logprobs, None)}
         for name, (value, default) in unsupported.items():
             if value != default:
                 raise ValueError(f"{name}={value} is not supported yet; leave it at {default}")
+
+    def _with_processor_token_ids(self, params: SamplingParams) -> SamplingParams:
+        """Tokenize `bad_words` (into a copy of the params) and check every token id against the vocabulary."""
+        if params.bad_words:
+            if self.tokenizer is None:
+                raise ValueError("bad_words need a tokenizer; this engine runs with skip_tokenizer_init=True "
+                                 "(pass token ids as bad_words_ids instead)")
+            params = dataclasses.replace(
+                params, _bad_words_token_ids=tokenize_bad_words(params.bad_words, self.tokenizer))
+        params.verify_token_ids(self.model_config.vocab_size)
+        return params
 
     def _audio_to_features(self, inputs: EncoderDecoderInputs) -> EncoderDecoderInputs:
         """Raw audio in an encoder prompt becomes Whisper log-mel features once, at admission."""

@@ -12,6 +12,7 @@ from seq2seq_engine.attention.bias import (BlockDiagonalCausalFromBottomRightMas
                                            BlockDiagonalMask)
 from seq2seq_engine.attention.metadata import (AttentionMetadata, CrossAttentionMetadata, EncoderAttentionMetadata,
                                                SelfAttentionMetadata)
+from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, TokenHistories, needs_logits_processing
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
 from seq2seq_engine.sequence import SequenceGroupMetadata
@@ -26,9 +27,8 @@ class ModelInput:
     selected_token_indices: torch.Tensor          # positions in the flat batch whose logits are sampled
     sampled_seq_ids: List[int]                    # the sequence each selected position belongs to
     sampling_metadata: Optional[SamplingMetadata]
-    min_tokens_mask: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # (rows, token ids) banned this step
-    # (row, output token ids, processors) for sampled rows whose request has logits processors
-    processor_rows: List[Tuple[int, List[int], list]] = dataclasses.field(default_factory=list)
+    # Penalties, bans, forced tokens, user callables and the min_tokens ban of the sampled rows (None: nothing)
+    logits_processors: Optional[LogitsProcessorBatch] = None
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
@@ -162,8 +162,7 @@ class ModelRunner:
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
             sampled_seq_ids=sampled_seq_ids,
             sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
-            min_tokens_mask=self._min_tokens_mask(metadata_list),
-            processor_rows=self._processor_rows(metadata_list))
+            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None)
         if encoder_md is not None:
             self._add_encoder_inputs(model_input, metadata_list)
         return self._to_device(model_input)
@@ -173,39 +172,24 @@ class ModelRunner:
                 for group in metadata_list if group.do_sample for _ in group.seq_data]
         return SamplingMetadata.build(rows, self.device)
 
-    @staticmethod
-    def _processor_rows(metadata_list: List[SequenceGroupMetadata]) -> List[Tuple[int, List[int], list]]:
-        rows = []
-        row = 0
+    def _logits_processors(self, metadata_list: List[SequenceGroupMetadata],
+                           scheduled: _Scheduled) -> Optional[LogitsProcessorBatch]:
+        """The sampled rows' processing; nothing is built when no row has any (the common case)."""
+        params, seqs = [], []
         for group in metadata_list:
-            if not group.do_sample:
-                continue
-            for seq_data in group.seq_data.values():
-                if group.sampling_params.logits_processors:
-                    rows.append((row, seq_data.output_token_ids, group.sampling_params.logits_processors))
-                row += 1
-        return rows
-
-    def _min_tokens_mask(self, metadata_list: List[SequenceGroupMetadata]):
-        """Until a sequence has min_tokens outputs, EOS and its stop_token_ids cannot be sampled."""
-        rows, tokens = [], []
-        row = 0
-        for group in metadata_list:
-            if not group.do_sample:
-                continue
-            params = group.sampling_params
-            # As in vLLM, EOS is banned under min_tokens whether or not ignore_eos is set.
-            banned = list(params.stop_token_ids)
-            if self.eos_token_id is not None:
-                banned.append(self.eos_token_id)
-            for seq_data in group.seq_data.values():
-                if banned and seq_data.get_output_len() < params.min_tokens:
-                    rows.extend([row] * len(banned))
-                    tokens.extend(banned)
-                row += 1
-        if not rows:
+            if group.do_sample:
+                params.extend([group.sampling_params] * len(group.seq_data))
+                seqs.extend(group.seq_data.values())
+        if not any(needs_logits_processing(p, seq.get_output_len()) for p, seq in zip(params, seqs)):
             return None
-        return torch.tensor(rows, dtype=torch.long), torch.tensor(tokens, dtype=torch.long)
+        # The runner's token table already holds every scheduled sequence's tokens (synced in _collect).
+        table_rows = [row for row, sample in zip(scheduled.rows, scheduled.do_sample) if sample]
+        histories = TokenHistories(
+            table=self.input_batch.token_ids, table_rows=np.asarray(table_rows, dtype=np.int64),
+            prompt_lens=np.array([seq.get_prompt_len() for seq in seqs], dtype=np.int64),
+            seq_lens=np.array([seq.get_len() for seq in seqs], dtype=np.int64),
+            output_token_ids=[seq.output_token_ids for seq in seqs])
+        return LogitsProcessorBatch.build(params, histories, self.eos_token_id, self.input_batch.max_model_len)
 
     @staticmethod
     def _add_encoder_inputs(model_input: ModelInput, metadata_list: List[SequenceGroupMetadata]) -> None:
@@ -243,12 +227,8 @@ class ModelRunner:
         if not model_input.sampled_seq_ids:
             return [], None
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
-        for row, output_token_ids, processors in model_input.processor_rows:
-            for processor in processors:
-                logits[row] = processor(output_token_ids, logits[row])
-        if model_input.min_tokens_mask is not None:  # last, so that no processor can lift the ban
-            rows, tokens = model_input.min_tokens_mask
-            logits[rows.to(logits.device), tokens.to(logits.device)] = float("-inf")
+        if model_input.logits_processors is not None:
+            logits = model_input.logits_processors(logits)
         return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
 
 
