@@ -88,6 +88,8 @@ def run_step(scheduler: Scheduler, token_id: int = 11, beam_processor: Optional[
     random candidates for a beam group), free finished."""
     metadata_list, outputs = scheduler.schedule()
     for metadata, scheduled in zip(metadata_list, outputs.scheduled_seq_groups):
+        if metadata.is_prompt:  # the runner writes a prompt once, through the table all its sequences share
+            assert len({tuple(table) for table in metadata.block_tables.values()}) == 1, metadata.block_tables
         group = scheduled.seq_group
         group.update_num_computed_tokens(scheduled.token_chunk_size)
         if not metadata.do_sample:

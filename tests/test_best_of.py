@@ -40,11 +40,13 @@ def _hf_logprobs(arch, hf_model, prompt, tokens):
     return [float(log_probs[start + i, t]) for i, t in enumerate(tokens)]
 
 
-@pytest.mark.parametrize("arch", ["bart", "llama"])
-def test_n_most_likely_of_best_of_independent_samples(arch, tiny):
+@pytest.mark.parametrize("arch,chunked", [("bart", False), ("llama", False), ("llama", True)])
+def test_n_most_likely_of_best_of_independent_samples(arch, chunked, tiny):
     model_dir, hf_model = tiny[arch]
-    llm = LLM(model_dir, skip_tokenizer_init=True, block_size=4, kv_cache_space_gb=0.01)
-    prompts = [TokensPrompt(prompt_token_ids=_tokens(n, n)) for n in (6, 13, 21)]
+    # Chunked: the shared prompt (up to 40 tokens, the last block full or not) is written over several steps.
+    chunking = dict(enable_chunked_prefill=True, max_num_batched_tokens=16) if chunked else {}
+    llm = LLM(model_dir, skip_tokenizer_init=True, block_size=4, kv_cache_space_gb=0.01, **chunking)
+    prompts = [TokensPrompt(prompt_token_ids=_tokens(n, n)) for n in (6, 13, 21, 40)]
     every = llm.generate(prompts, SamplingParams(n=5, temperature=1.0, seed=3, max_tokens=8, logprobs=0),
                          use_tqdm=False)
     best = llm.generate(prompts, SamplingParams(n=2, best_of=5, temperature=1.0, seed=3, max_tokens=8, logprobs=0),

@@ -15,14 +15,14 @@ BLOCK_SIZE = 4
 
 # (decoder len, encoder len, max_tokens, priority, kind, width): kind "n" samples `width` sequences (best_of),
 # "beam" runs a beam search of that width.
-request_spec = st.tuples(st.integers(1, 24), st.integers(0, 24), st.integers(1, 12), st.integers(0, 3),
-                         st.sampled_from(["n", "beam"]), st.integers(1, 3))
+request_spec = st.tuples(st.integers(1, 24), st.one_of(st.just(0), st.integers(1, 24)), st.integers(1, 12),
+                         st.integers(0, 3), st.sampled_from(["n", "beam"]), st.integers(1, 3))
 workload = st.fixed_dictionaries({
     "requests": st.lists(request_spec, min_size=1, max_size=12),
     "num_gpu_blocks": st.integers(8, 40),
     "num_cpu_blocks": st.integers(0, 40),
     "max_num_seqs": st.integers(1, 6),
-    "max_num_batched_tokens": st.integers(48, 96),
+    "max_num_batched_tokens": st.integers(8, 96),  # below 48 (the longest prompt) only with chunked prefill
     "preemption_mode": st.sampled_from(["recompute", "swap"]),
     "policy": st.sampled_from(["fcfs", "priority"]),
     "enable_chunked_prefill": st.booleans(),
@@ -62,6 +62,8 @@ def _check_step(scheduler, record, config):
 @settings(max_examples=150, deadline=None)
 @given(workload)
 def test_random_workloads_finish_within_budgets_and_return_every_block(config):
+    if not config["enable_chunked_prefill"]:
+        config = dict(config, max_num_batched_tokens=max(config["max_num_batched_tokens"], 48))
     scheduler = make_scheduler(
         num_gpu_blocks=config["num_gpu_blocks"], num_cpu_blocks=config["num_cpu_blocks"], block_size=BLOCK_SIZE,
         max_num_seqs=config["max_num_seqs"], max_num_batched_tokens=config["max_num_batched_tokens"],

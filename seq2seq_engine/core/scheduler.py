@@ -213,6 +213,10 @@ class Scheduler:
         state.ignored.append(seq_group)
 
     def _append_slots(self, seq_group: SequenceGroup, state: _StepState) -> None:
+        if seq_group.is_prefill():
+            # A prompt's blocks are all allocated at admission, shared by its sequences (n/best_of) and written
+            # through the first one's table: copy-on-write now would leave the others with unwritten copies.
+            return
         for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
