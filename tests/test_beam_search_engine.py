@@ -23,10 +23,12 @@ def _random_tokens(n, seed):
 
 
 def _all_free(llm):
+    """Every block back in its pool, and no model-runner row left to a dropped beam."""
     manager, config = llm.llm_engine.scheduler.block_manager, llm.llm_engine.cache_config
     return (manager.get_num_free_gpu_blocks() == config.num_gpu_blocks
             and manager.get_num_free_cpu_blocks() == config.num_cpu_blocks
-            and not manager.block_tables and not manager.cross_block_tables)
+            and not manager.block_tables and not manager.cross_block_tables
+            and llm.llm_engine.model_runner.input_batch.num_live_rows == 0)
 
 
 def _peak_blocks(llm, prompt, params):
