@@ -1,4 +1,5 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
                                    zip_enc_dec_prompts)
 from seq2seq_engine.outputs import CompletionOutput, RequestOutput
@@ -6,8 +7,9 @@ from seq2seq_engine.sampling_params import SamplingParams
 
 __version__ = "0.1.0"
 
-__all__ = ["CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt", "LLM", "LLMEngine",
-           "RequestOutput", "SamplingParams", "TextPrompt", "TokensPrompt", "zip_enc_dec_prompts", "__version__"]
+__all__ = ["BeamSearchParams", "CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt", "LLM",
+           "LLMEngine", "RequestOutput", "SamplingParams", "TextPrompt", "TokensPrompt", "zip_enc_dec_prompts",
+           "__version__"]
 
 
 def __getattr__(name):

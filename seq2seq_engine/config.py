@@ -7,6 +7,7 @@ from typing import Any, Optional
 _DTYPES = ("float32", "bfloat16", "float16")
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
+_DEFAULT_MAX_BEAM_WIDTH = 16
 
 
 def _require_positive(name: str, value: Optional[int]) -> None:
@@ -96,10 +97,19 @@ class SchedulerConfig:
     policy: str = "fcfs"
     preemption_mode: str = "recompute"
     enable_chunked_prefill: bool = False
+    # Widest beam search a request may ask for; None: min(16, max_num_seqs). All beams of a request run in
+    # the same step, so it cannot exceed max_num_seqs.
+    max_beam_width: Optional[int] = None
 
     def __post_init__(self) -> None:
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _require_positive("max_num_seqs", self.max_num_seqs)
+        _require_positive("max_beam_width", self.max_beam_width)
+        if self.max_beam_width is None:
+            object.__setattr__(self, "max_beam_width", min(_DEFAULT_MAX_BEAM_WIDTH, self.max_num_seqs))
+        if self.max_beam_width > self.max_num_seqs:
+            raise ValueError(f"max_beam_width ({self.max_beam_width}) must be <= max_num_seqs ({self.max_num_seqs}): "
+                             f"all beams of a request run in the same step")
         _require_positive("max_model_len", self.max_model_len)
         if self.policy not in _POLICIES:
             raise ValueError(f"policy must be one of {_POLICIES}, got {self.policy!r}")

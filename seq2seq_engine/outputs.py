@@ -16,6 +16,9 @@ class CompletionOutput:
     logprobs: Optional[List[Dict[int, float]]]
     finish_reason: Optional[str] = None
     stop_reason: Any = None
+    # Beam search only: the hypothesis' rank score, cumulative_logprob / generated_len ** length_penalty
+    # (HF's sequences_scores).
+    beam_score: Optional[float] = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None
@@ -34,19 +37,26 @@ class RequestOutput:
 
     @classmethod
     def from_seq_group(cls, seq_group: SequenceGroup) -> "RequestOutput":
-        """Sequences ranked by cumulative logprob when several were sampled; n of them are returned."""
+        """Sequences ranked by cumulative logprob when several were sampled; n of them are returned. A finished
+        beam search returns its beam_width hypotheses ranked by their length-penalised score."""
         seqs = seq_group.get_seqs()
         params = seq_group.sampling_params
-        if len(seqs) > 1:
+        beam = seq_group.beam_search
+        beam_scores: Dict[int, float] = {}
+        if beam is not None and beam.finished:
+            # The hypotheses were added to the group best first.
+            beam_scores = {id(hyp.payload): hyp.score for hyp in beam.hypotheses.ranked}
+        elif len(seqs) > 1:
             seqs = sorted(seqs, key=lambda seq: seq.data.cumulative_logprob, reverse=True)
-        num_returned = params.n if params is not None else len(seqs)
+        num_returned = params.n if params is not None and beam is None else len(seqs)
         want_logprobs = params is not None and params.logprobs is not None
         outputs = [
             CompletionOutput(
                 index=index, text=seq.output_text, token_ids=list(seq.data.output_token_ids),
                 cumulative_logprob=seq.data.cumulative_logprob,
                 logprobs=list(seq.output_logprobs) if want_logprobs else None,
-                finish_reason=SequenceStatus.get_finished_reason(seq.status), stop_reason=seq.stop_reason)
+                finish_reason=SequenceStatus.get_finished_reason(seq.status), stop_reason=seq.stop_reason,
+                beam_score=beam_scores.get(id(seq)))
             for index, seq in enumerate(seqs[:num_returned])]
         return cls(request_id=seq_group.request_id, prompt=seq_group.prompt,
                    prompt_token_ids=list(seq_group.prompt_token_ids), outputs=outputs,

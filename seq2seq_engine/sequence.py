@@ -7,6 +7,7 @@ import math
 from typing import Any, Dict, List, Optional
 
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
+from seq2seq_engine.sampling.beam_search import BeamSearchState
 from seq2seq_engine.sampling_params import SamplingParams
 
 
@@ -193,6 +194,8 @@ class SequenceGroup:
         self.ignored_reason: Optional[str] = None
         # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.
         self.generator: Optional[Any] = None
+        # Set for a beam-search request: its spec and finished hypotheses (seq2seq_engine/sampling/beam_search.py).
+        self.beam_search: Optional[BeamSearchState] = None
 
     def is_encoder_decoder(self) -> bool:
         return self.encoder_seq is not None
@@ -222,8 +225,11 @@ class SequenceGroup:
 
     def get_max_num_running_seqs(self) -> int:
         """The most sequences this group will run at once over its lifetime."""
-        if self.sampling_params is not None and self.is_prefill():
-            return max(self.sampling_params.best_of, self.num_unfinished_seqs())
+        if self.is_prefill():
+            if self.beam_search is not None:
+                return max(self.beam_search.spec.beam_width, self.num_unfinished_seqs())
+            if self.sampling_params is not None:
+                return max(self.sampling_params.best_of, self.num_unfinished_seqs())
         return self.num_unfinished_seqs()
 
     def get_seqs(self, status: Optional[SequenceStatus] = None) -> List[Sequence]:
@@ -258,7 +264,8 @@ class SequenceGroup:
         return all(seq.is_finished() for seq in self.seqs_dict.values())
 
     def is_prefill(self) -> bool:
-        return self.first_seq.is_prefill()
+        unfinished = self.get_unfinished_seqs()
+        return (unfinished[0] if unfinished else self.first_seq).is_prefill()
 
     def get_num_uncomputed_tokens(self) -> int:
         """Decoder tokens still to run through the model; the encoder is counted separately."""
@@ -289,6 +296,8 @@ class SequenceGroupMetadata:
     cross_block_table: Optional[List[int]] = None
     multi_modal_data: Optional[Dict[str, Any]] = None
     generator: Optional[Any] = None
+    # > 0 for a beam-search request: how many top (token, log-prob) candidates each of its rows returns.
+    num_beam_candidates: int = 0
 
     def __post_init__(self) -> None:
         if self.token_chunk_size is None:

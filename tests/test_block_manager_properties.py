@@ -195,6 +195,33 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self.model_self[child.seq_id] = list(self.model_self[seq_id])
         self.seq_group[child.seq_id] = rid
 
+    @precondition(lambda self: self._running_seqs())
+    @rule(data=st.data())
+    def beam_step(self, data):
+        """As the engine after a beam-search step: each running beam of a request is kept, forked for extra
+        children, or freed when it has none; no block is allocated or copied here."""
+        rid = data.draw(st.sampled_from(sorted({self.seq_group[s] for s in self._running_seqs()})), label="group")
+        group = self.groups[rid]
+        beams = group.get_seqs(SequenceStatus.RUNNING)
+        parents = data.draw(st.lists(st.integers(0, len(beams) - 1), min_size=1, max_size=4), label="parents")
+        free_before = self.bm.get_num_free_gpu_blocks()
+        freed_logical = set()
+        for index, beam in enumerate(beams):
+            num_children = parents.count(index)
+            if num_children == 0:
+                freed_logical.update(self.model_self.pop(beam.seq_id))
+                beam.status = SequenceStatus.FINISHED_STOPPED
+                self.bm.free(beam)
+                continue
+            for _ in range(num_children - 1):
+                child = beam.fork(next(self._ids))
+                group.add(child)
+                self.bm.fork(beam, child)
+                self.model_self[child.seq_id] = list(self.model_self[beam.seq_id])
+                self.seq_group[child.seq_id] = rid
+        still_held = set(self._logical_refcount())
+        assert self.bm.get_num_free_gpu_blocks() == free_before + len(freed_logical - still_held)
+
     def _check_swap_mapping(self, rid, before, after, mapping, src_dev, dst_dev):
         self_before, cross_before = before
         self_after, cross_after = after

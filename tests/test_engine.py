@@ -112,8 +112,8 @@ def test_bad_requests_raise_clear_errors_and_leak_nothing(llm, bart_with_tokeniz
         llm.generate("the sun", SamplingParams(max_tokens=1000), use_tqdm=False)
     with pytest.raises(ValueError, match="sampling_params"):
         llm.generate(["a", "b"], [SamplingParams()], use_tqdm=False)
-    with pytest.raises(ValueError, match="best_of"):
-        llm.generate("the sun", SamplingParams(n=2, temperature=1.0), use_tqdm=False)
+    with pytest.raises(ValueError, match="best_of=300 exceeds max_num_seqs=256"):
+        llm.generate("the sun", SamplingParams(n=2, best_of=300, temperature=1.0), use_tqdm=False)
     assert not llm.llm_engine.has_unfinished_requests() and _all_free(llm)
     no_tokenizer = LLM(bart_with_tokenizer[0], skip_tokenizer_init=True, kv_cache_space_gb=0.01)
     with pytest.raises(ValueError, match="skip_tokenizer_init"):

@@ -213,6 +213,10 @@ class Scheduler:
         state.ignored.append(seq_group)
 
     def _append_slots(self, seq_group: SequenceGroup, state: _StepState) -> None:
+        if seq_group.is_prefill():
+            # A prompt's blocks are all allocated at admission, shared by its sequences (n/best_of) and written
+            # through the first one's table: copy-on-write now would leave the others with unwritten copies.
+            return
         for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
@@ -231,7 +235,9 @@ class Scheduler:
         state.num_preempted += 1
         self.num_cumulative_preemption += 1
         seq_group.num_preemptions += 1
-        single = seq_group.get_max_num_running_seqs() == 1
+        # Only a request that has, and will have, one sequence is recomputed: re-admission gives every waiting
+        # sequence one shared prompt table, which is wrong for diverged ones (n/best_of, beams, finished siblings).
+        single = seq_group.num_seqs() == 1 and seq_group.get_max_num_running_seqs() == 1
         if single and self.scheduler_config.preemption_mode == "recompute":
             self._preempt_by_recompute(seq_group)
         elif self.block_manager.can_swap_out(seq_group):
@@ -269,4 +275,5 @@ class Scheduler:
             encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
             cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,
             multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None,
-            generator=seq_group.generator)
+            generator=seq_group.generator,
+            num_beam_candidates=seq_group.beam_search.spec.num_candidates if seq_group.beam_search else 0)

@@ -26,6 +26,7 @@ class EngineArgs:
     policy: str = "fcfs"
     preemption_mode: str = "recompute"
     enable_chunked_prefill: bool = False
+    max_beam_width: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -41,7 +42,7 @@ class EngineArgs:
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
-            enable_chunked_prefill=self.enable_chunked_prefill)
+            enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
                                    swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override)
         return EngineConfig(model_config, cache_config, scheduler_config, DeviceConfig(self.device))

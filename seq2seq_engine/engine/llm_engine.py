@@ -11,9 +11,11 @@ from typing import Any, Iterable, List, Optional, Union
 import torch
 
 from seq2seq_engine.audio import HOP_LENGTH, load_audio, log_mel_spectrogram
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import EngineConfig
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.arg_utils import EngineArgs
+from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.output_processor import OutputProcessor
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
@@ -60,10 +62,10 @@ class LLMEngine:
                                         self.model_config.max_model_len, cache_config.block_size,
                                         self.model_config.eos_token_id)
         detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
+        self._seq_ids = itertools.count()
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
-            detokenizer)
-        self._seq_ids = itertools.count()
+            detokenizer, lambda: next(self._seq_ids))
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
@@ -98,28 +100,48 @@ class LLMEngine:
         return dataclasses.replace(cache_config, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
 
     # ----------------------------------------------------------------- requests
-    def add_request(self, request_id: str, prompt: Any, params: Optional[SamplingParams] = None,
+    def add_request(self, request_id: str, prompt: Any,
+                    params: Optional[Union[SamplingParams, BeamSearchParams]] = None,
                     arrival_time: Optional[float] = None, priority: int = 0) -> None:
-        params = params or SamplingParams()
+        """Queue one request. BeamSearchParams make it a beam search; SamplingParams with best_of > 1 give it
+        best_of sequences sharing the prompt's blocks, of which the n most likely are returned."""
+        params = params if params is not None else SamplingParams()
+        beam_params = None
+        if isinstance(params, BeamSearchParams):
+            self._check_beam_width(params)
+            beam_params, params = params, params.to_sampling_params()
+        elif not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams or BeamSearchParams, got {type(params).__name__}")
         self._check_supported(params)
         params = self._with_processor_token_ids(params)
         inputs = self._audio_to_features(self.input_preprocessor.preprocess(prompt, params))
-        eos = self.model_config.eos_token_id
-        decoder_seq = Sequence(next(self._seq_ids), inputs.decoder, self.cache_config.block_size, eos)
-        encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, self.cache_config.block_size)
+        eos, block_size = self.model_config.eos_token_id, self.cache_config.block_size
+        decoder_seqs = [Sequence(next(self._seq_ids), inputs.decoder, block_size, eos) for _ in range(params.best_of)]
+        encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, block_size)
                        if inputs.encoder is not None else None)
-        group = SequenceGroup(request_id, [decoder_seq], arrival_time or time.monotonic(), params, encoder_seq,
+        group = SequenceGroup(request_id, decoder_seqs, arrival_time or time.monotonic(), params, encoder_seq,
                               inputs, priority)
+        if beam_params is not None:
+            group.beam_search = make_beam_state(beam_params, len(inputs.decoder.prompt_token_ids),
+                                                self.model_config.max_model_len, eos)
         if params.seed is not None:
             group.generator = make_generator(params.seed, self.device)
         self.scheduler.add_seq_group(group)
+
+    def _check_beam_width(self, params: BeamSearchParams) -> None:
+        max_beam_width = self.scheduler_config.max_beam_width
+        if params.beam_width > max_beam_width:
+            raise ValueError(f"beam_width={params.beam_width} exceeds max_beam_width={max_beam_width} "
+                             f"(an engine argument, at most max_num_seqs={self.scheduler_config.max_num_seqs})")
 
     def _check_supported(self, params: SamplingParams) -> None:
         """Options that are validated but not implemented yet fail loudly instead of being ignored."""
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
-        if params.best_of > 1:
-            raise ValueError(f"best_of/n > 1 is not supported yet (got best_of={params.best_of})")
+        max_num_seqs = self.scheduler_config.max_num_seqs
+        if params.best_of > max_num_seqs:
+            raise ValueError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
+                             f"sequences run in the same step")
         unsupported = {"prompt_logprobs": (params.prompt_logprobs, None)}
         for name, (value, default) in unsupported.items():
             if value != default:

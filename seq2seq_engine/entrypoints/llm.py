@@ -6,6 +6,7 @@ from typing import Any, List, Optional, Sequence as Seq, Union
 
 from tqdm.auto import tqdm
 
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.llm_engine import LLMEngine
 from seq2seq_engine.outputs import RequestOutput
@@ -31,9 +32,24 @@ class LLM:
 
     def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, Seq[SamplingParams]]] = None,
                  use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:
-        """Generate for one prompt or a list; `sampling_params` is one object or one per prompt."""
-        prompt_list = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
-        params_list = self._params_per_prompt(sampling_params, len(prompt_list))
+        """Generate for one prompt or a list; `sampling_params` is one object or one per prompt. With n/best_of > 1
+        each output holds the n most likely of best_of sampled sequences."""
+        prompt_list = _as_prompt_list(prompts)
+        params_list = _params_per_prompt(sampling_params, len(prompt_list), SamplingParams, "sampling_params")
+        return self._run_engine(self._add_requests(prompt_list, params_list, priority), use_tqdm)
+
+    def beam_search(self, prompts: Any, params: Union[BeamSearchParams, Seq[BeamSearchParams]],
+                    use_tqdm: bool = True) -> List[RequestOutput]:
+        """Beam search for one prompt or a list, in input order: each output holds beam_width hypotheses, best
+        first by cumulative_logprob / generated_len ** length_penalty (CompletionOutput.beam_score)."""
+        prompt_list = _as_prompt_list(prompts)
+        if params is None:
+            raise TypeError("beam_search needs BeamSearchParams (beam_width, max_tokens, ...)")
+        params_list = _params_per_prompt(params, len(prompt_list), BeamSearchParams, "params")
+        return self._run_engine(self._add_requests(prompt_list, params_list, None), use_tqdm)
+
+    def _add_requests(self, prompt_list: list, params_list: list, priority: Optional[List[int]]) -> List[str]:
+        """Queue every prompt; if one is refused, the ones already queued are aborted."""
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"priority has {len(priority)} entries for {len(prompt_list)} prompts")
         request_ids = []
@@ -46,18 +62,7 @@ class LLM:
         except Exception:
             self.llm_engine.abort_request(request_ids)
             raise
-        return self._run_engine(request_ids, use_tqdm)
-
-    @staticmethod
-    def _params_per_prompt(sampling_params, num_prompts: int) -> List[SamplingParams]:
-        if sampling_params is None:
-            return [SamplingParams()] * num_prompts
-        if isinstance(sampling_params, SamplingParams):
-            return [sampling_params] * num_prompts
-        if len(sampling_params) != num_prompts:
-            raise ValueError(f"got {len(sampling_params)} sampling_params for {num_prompts} prompts; "
-                             f"pass one SamplingParams or one per prompt")
-        return list(sampling_params)
+        return request_ids
 
     def _run_engine(self, request_ids: List[str], use_tqdm: bool) -> List[RequestOutput]:
         finished = {}
@@ -74,3 +79,22 @@ class LLM:
         finally:
             progress.close()
         return [finished[request_id] for request_id in request_ids]
+
+
+def _as_prompt_list(prompts: Any) -> list:
+    return [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+
+
+def _params_per_prompt(params, num_prompts: int, params_type: type, argument: str) -> list:
+    """One params object for every prompt, from None (defaults), one object, or one per prompt."""
+    if params is None:
+        return [params_type()] * num_prompts
+    if isinstance(params, params_type):
+        return [params] * num_prompts
+    if isinstance(params, (list, tuple)):
+        if len(params) != num_prompts:
+            raise ValueError(f"got {len(params)} {argument} for {num_prompts} prompts; "
+                             f"pass one {params_type.__name__} or one per prompt")
+        if all(isinstance(p, params_type) for p in params):
+            return list(params)
+    raise TypeError(f"{argument} must be a {params_type.__name__} or a list of them, got {type(params).__name__}")

@@ -29,6 +29,11 @@ class SamplerOutput:
     sampled_logprobs: torch.Tensor              # [N] float32: log_softmax(raw logits)[token]
     topk_logprobs: Optional[torch.Tensor] = None    # [N, K] float32, K = the most logprobs any row asked for
     topk_token_ids: Optional[torch.Tensor] = None   # [N, K] int64
+    # Beam-search rows (filled by the model runner): their indices among the N rows, and each row's top
+    # candidates [len(beam_rows), C] of log_softmax(logits) after the logits processors.
+    beam_rows: Optional[List[int]] = None
+    beam_logprobs: Optional[torch.Tensor] = None
+    beam_token_ids: Optional[torch.Tensor] = None
 
 
 def _uniform_rows(num_rows: int, width: int, generators: Sequence[Optional[torch.Generator]],

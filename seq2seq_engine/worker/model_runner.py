@@ -29,6 +29,8 @@ class ModelInput:
     sampling_metadata: Optional[SamplingMetadata]
     # Penalties, bans, forced tokens, user callables and the min_tokens ban of the sampled rows (None: nothing)
     logits_processors: Optional[LogitsProcessorBatch] = None
+    # Beam-search rows: (indices of sampled rows, candidates each returns), or None when the step has none.
+    beam_rows: Optional[Tuple[List[int], int]] = None
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
@@ -41,7 +43,7 @@ class _Scheduled:
     rows: List[int] = dataclasses.field(default_factory=list)
     num_computed: List[int] = dataclasses.field(default_factory=list)
     num_scheduled: List[int] = dataclasses.field(default_factory=list)
-    seq_ids: List[int] = dataclasses.field(default_factory=list)
+    sample_seq_ids: List[List[int]] = dataclasses.field(default_factory=list)  # sequences sampled from each
     do_sample: List[bool] = dataclasses.field(default_factory=list)
     cross_tables: List[List[int]] = dataclasses.field(default_factory=list)
     encoder_lens: List[int] = dataclasses.field(default_factory=list)
@@ -82,11 +84,13 @@ class ModelRunner:
     def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> _Scheduled:
         scheduled = _Scheduled()
         for group in metadata_list:
-            for seq_id, seq_data in group.seq_data.items():
+            items = list(group.seq_data.items())
+            # Sequences that share a prompt (n/best_of) run it once; each samples from its last position.
+            for seq_id, seq_data in (items[:1] if group.is_prompt else items):
                 scheduled.rows.append(self.input_batch.sync(seq_id, seq_data, group.block_tables[seq_id]))
                 scheduled.num_computed.append(seq_data.get_num_computed_tokens())
                 scheduled.num_scheduled.append(group.token_chunk_size if group.is_prompt else 1)
-                scheduled.seq_ids.append(seq_id)
+                scheduled.sample_seq_ids.append([i for i, _ in items] if group.is_prompt else [seq_id])
                 scheduled.do_sample.append(group.do_sample)
                 scheduled.num_prefills += int(group.is_prompt)
                 if group.is_encoder_decoder():
@@ -154,15 +158,17 @@ class ModelRunner:
             num_prefills=scheduled.num_prefills, num_prefill_tokens=num_prefill_tokens,
             num_decode_tokens=flat.num_tokens - num_prefill_tokens,
             self_attn=self._self_metadata(flat, scheduled), encoder=encoder_md, cross=cross_md)
-        sample_mask = np.asarray(scheduled.do_sample, dtype=bool)
-        selected = flat.query_start_loc[1:][sample_mask] - 1
-        sampled_seq_ids = [seq_id for seq_id, keep in zip(scheduled.seq_ids, sample_mask) if keep]
+        num_samples = [len(ids) if keep else 0 for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample)]
+        selected = np.repeat(flat.query_start_loc[1:] - 1, num_samples)
+        sampled_seq_ids = [seq_id for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample) if keep
+                           for seq_id in ids]
         model_input = ModelInput(
             input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
             sampled_seq_ids=sampled_seq_ids,
             sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
-            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None)
+            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
+            beam_rows=self._beam_rows(metadata_list))
         if encoder_md is not None:
             self._add_encoder_inputs(model_input, metadata_list)
         return self._to_device(model_input)
@@ -171,6 +177,18 @@ class ModelRunner:
         rows = [(group.sampling_params, group.generator)
                 for group in metadata_list if group.do_sample for _ in group.seq_data]
         return SamplingMetadata.build(rows, self.device)
+
+    @staticmethod
+    def _beam_rows(metadata_list: List[SequenceGroupMetadata]) -> Optional[Tuple[List[int], int]]:
+        rows, row, num_candidates = [], 0, 0
+        for group in metadata_list:
+            if not group.do_sample:
+                continue
+            if group.num_beam_candidates:
+                rows.extend(range(row, row + len(group.seq_data)))
+                num_candidates = max(num_candidates, group.num_beam_candidates)
+            row += len(group.seq_data)
+        return (rows, num_candidates) if rows else None
 
     def _logits_processors(self, metadata_list: List[SequenceGroupMetadata],
                            scheduled: _Scheduled) -> Optional[LogitsProcessorBatch]:
@@ -182,10 +200,12 @@ class ModelRunner:
                 seqs.extend(group.seq_data.values())
         if not any(needs_logits_processing(p, seq.get_output_len()) for p, seq in zip(params, seqs)):
             return None
-        # The runner's token table already holds every scheduled sequence's tokens (synced in _collect).
-        table_rows = [row for row, sample in zip(scheduled.rows, scheduled.do_sample) if sample]
+        # The runner's token table already holds every scheduled sequence's tokens (synced in _collect); the
+        # sequences sharing a prompt (n/best_of prefill) all read the row of the one that ran it.
+        samples_per_row = [len(ids) if keep else 0 for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample)]
+        table_rows = np.repeat(np.asarray(scheduled.rows, dtype=np.int64), samples_per_row)
         histories = TokenHistories(
-            table=self.input_batch.token_ids, table_rows=np.asarray(table_rows, dtype=np.int64),
+            table=self.input_batch.token_ids, table_rows=table_rows,
             prompt_lens=np.array([seq.get_prompt_len() for seq in seqs], dtype=np.int64),
             seq_lens=np.array([seq.get_len() for seq in seqs], dtype=np.int64),
             output_token_ids=[seq.output_token_ids for seq in seqs])
@@ -227,9 +247,18 @@ class ModelRunner:
         if not model_input.sampled_seq_ids:
             return [], None
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
+        if model_input.beam_rows is not None:
+            # Beam rows score log-probs; as in HF's beam search, logits processors then act on the log-probs.
+            beam_index = torch.tensor(model_input.beam_rows[0], dtype=torch.long, device=logits.device)
+            logits[beam_index] = torch.log_softmax(logits[beam_index], dim=-1)
         if model_input.logits_processors is not None:
             logits = model_input.logits_processors(logits)
-        return model_input.sampled_seq_ids, self.sampler(logits, model_input.sampling_metadata)
+        sampler_output = self.sampler(logits, model_input.sampling_metadata)
+        if model_input.beam_rows is not None:
+            num_candidates = min(model_input.beam_rows[1], logits.shape[1])
+            sampler_output.beam_rows = model_input.beam_rows[0]
+            sampler_output.beam_logprobs, sampler_output.beam_token_ids = logits[beam_index].topk(num_candidates)
+        return model_input.sampled_seq_ids, sampler_output
 
 
 def _metadata_to_device(attn_metadata: AttentionMetadata, device: torch.device) -> None:
