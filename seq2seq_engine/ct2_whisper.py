@@ -12,18 +12,15 @@ fixed tokenizer (see seq2seq_engine/ct2/whisper_tokenizer.py). Cache root: $SEQ2
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
-import re
-import shutil
 import sys
-import tempfile
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from seq2seq_engine.conversion_cache import CACHE_ENV, cache_entry_name, cache_root, convert_into_cache
 from seq2seq_engine.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
 from seq2seq_engine.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
                                                   write_fixed_tokenizer)
@@ -32,11 +29,10 @@ from seq2seq_engine.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dim
 logger = logging.getLogger(__name__)
 
 CONVERTER_VERSION = 1
-CACHE_ENV = "SEQ2SEQ_ENGINE_CACHE"
 WHISPER_SPEC = "WhisperSpec"
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-__all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "main"]
+__all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "CACHE_ENV", "main"]
 
 
 def _ct2_config(ct2_dir: str) -> dict:
@@ -113,29 +109,12 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     return out_dir
 
 
-def cache_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "seq2seq_engine")
-
-
-def _cache_name(ct2_dir: str, files: List[str], dtype: torch.dtype) -> str:
-    absolute = os.path.abspath(ct2_dir)
-    fingerprint = [CONVERTER_VERSION, str(dtype), absolute]
-    for path in files + [os.path.join(ct2_dir, n) for n in ("config.json", "tokenizer.json")]:
-        if os.path.isfile(path):
-            stat = os.stat(path)
-            fingerprint.append([os.path.abspath(path), stat.st_size, stat.st_mtime_ns])
-    digest = hashlib.sha256(json.dumps(fingerprint).encode()).hexdigest()[:16]
-    label = "-".join(p for p in absolute.split(os.sep)[-2:] if p)
-    return f"{re.sub(r'[^A-Za-z0-9_.]+', '_', label)}-{digest}"
-
-
 def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, dtype: torch.dtype = torch.float32,
                      cache_dir: Optional[str] = None) -> str:
     """The HF directory converted from `ct2_dir`, converting it into the cache on first use.
 
     The cache entry is named after the directory plus a hash of the model files' paths, sizes and mtimes, so an
-    updated package converts again. Concurrent callers are safe: each converts into a temporary directory that is
-    renamed into place.
+    updated package converts again (seq2seq_engine.conversion_cache).
     """
     ct2_dir = os.fspath(ct2_dir)
     files = [os.fspath(p) for p in model_files] if model_files else model_bin_files(ct2_dir)
@@ -143,25 +122,14 @@ def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, 
     if version != BINARY_VERSION or spec != WHISPER_SPEC:
         raise ValueError(f"{files[0]} is a CTranslate2 binary version {version} {spec or '?'} model; only version "
                          f"{BINARY_VERSION} {WHISPER_SPEC} models can be converted")
-    root = cache_dir or cache_root()
-    target = os.path.join(root, _cache_name(ct2_dir, files, dtype))
-    if os.path.isfile(os.path.join(target, "config.json")):
-        return target
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
-    try:
-        logger.info("converting CTranslate2 Whisper model %s into %s", ct2_dir, target)
-        ct2_whisper_to_hf(ct2_dir, tmp, dtype=dtype, model_files=files)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not os.path.isfile(os.path.join(target, "config.json")):
-                raise
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    fingerprinted = files + [os.path.join(ct2_dir, n) for n in ("config.json", "tokenizer.json")]
+    name = cache_entry_name(ct2_dir, fingerprinted, CONVERTER_VERSION, str(dtype))
+
+    def convert(out_dir: str) -> None:
+        logger.info("converting CTranslate2 Whisper model %s into the cache entry %s", ct2_dir, name)
+        ct2_whisper_to_hf(ct2_dir, out_dir, dtype=dtype, model_files=files)
+
+    return convert_into_cache(name, convert, cache_dir)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

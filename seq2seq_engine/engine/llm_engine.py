@@ -70,9 +70,11 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
         from transformers import AutoConfig
+        # Only a directory needs config.json here; a .gguf file or a short name goes on to the resolver.
         if os.path.isdir(args.model) and not os.path.isfile(os.path.join(args.model, "config.json")):
             raise FileNotFoundError(f"model {args.model!r} is not a model directory (no config.json there)")
-        # A CTranslate2 directory or a short name ("whisper-base") resolves to a converted HF directory.
+        # A CTranslate2 directory, a llama GGUF file or a short name ("whisper-base", "smollm2-135m") resolves to a
+        # converted HF directory.
         model_dir = resolve_model_path(args.model)
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
         config = args.create_engine_config(hf_config)

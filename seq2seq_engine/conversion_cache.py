@@ -1,0 +1,69 @@
+"""Convert-once cache for foreign model formats: fingerprinted HF directories under cache_root(), written atomically.
+
+    name = cache_entry_name(source, files, CONVERTER_VERSION, ...)   # changes when any of `files` changes
+    hf_dir = convert_into_cache(name, lambda out_dir: convert(source, out_dir), cache_dir)
+
+Used by seq2seq_engine.ct2_whisper (CTranslate2 Whisper) and seq2seq_engine.gguf_llama (GGUF Llama). Cache root:
+$SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Callable, Optional, Sequence
+
+CACHE_ENV = "SEQ2SEQ_ENGINE_CACHE"
+# A cache entry is complete once this file is in it (it is written by every converter).
+COMPLETE_MARKER = "config.json"
+
+__all__ = ["CACHE_ENV", "cache_root", "cache_entry_name", "convert_into_cache"]
+
+
+def cache_root() -> str:
+    """$SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine."""
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "seq2seq_engine")
+
+
+def cache_entry_name(source: str, files: Sequence[str], *settings: Any) -> str:
+    """`<last two path parts of source>-<hash>`; the hash covers `settings` (converter version, dtype, ...), the
+    absolute source path and the path, size and mtime of each of `files` that exists, so an updated model converts
+    again."""
+    absolute = os.path.abspath(source)
+    fingerprint = [*settings, absolute]
+    for path in files:
+        if os.path.isfile(path):
+            stat = os.stat(path)
+            fingerprint.append([os.path.abspath(path), stat.st_size, stat.st_mtime_ns])
+    digest = hashlib.sha256(json.dumps(fingerprint).encode()).hexdigest()[:16]
+    label = "-".join(part for part in absolute.split(os.sep)[-2:] if part)
+    return f"{re.sub(r'[^A-Za-z0-9_.]+', '_', label)}-{digest}"
+
+
+def convert_into_cache(name: str, convert: Callable[[str], Any], cache_dir: Optional[str] = None) -> str:
+    """The cache directory `name`, made by `convert(out_dir)` on first use.
+
+    Concurrent callers are safe: each converts into its own temporary directory, which is renamed into place; a
+    caller that loses the race keeps the winner's directory.
+    """
+    root = cache_dir or cache_root()
+    target = os.path.join(root, name)
+    if os.path.isfile(os.path.join(target, COMPLETE_MARKER)):
+        return target
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
+    try:
+        convert(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not os.path.isfile(os.path.join(target, COMPLETE_MARKER)):
+                raise
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
