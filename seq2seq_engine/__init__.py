@@ -1,5 +1,6 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
 from seq2seq_engine.beam_search_params import BeamSearchParams
+from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
                                    zip_enc_dec_prompts)
 from seq2seq_engine.outputs import CompletionOutput, RequestOutput
@@ -7,7 +8,8 @@ from seq2seq_engine.sampling_params import SamplingParams
 
 __version__ = "0.1.0"
 
-__all__ = ["BeamSearchParams", "CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt", "LLM",
+__all__ = ["BeamSearchParams", "CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt",
+           "GenerationDefaults", "LLM",
            "LLMEngine", "RequestOutput", "SamplingParams", "TextPrompt", "TokensPrompt", "zip_enc_dec_prompts",
            "__version__"]
 

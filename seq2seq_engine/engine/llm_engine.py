@@ -6,7 +6,7 @@ import itertools
 import logging
 import os
 import time
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 import torch
 
@@ -17,6 +17,7 @@ from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
 from seq2seq_engine.logger import configure_package_logger
@@ -43,7 +44,8 @@ class LLMEngine:
     """One model, one device: requests in, RequestOutputs out, a step at a time."""
 
     def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer: Any,
-                 gpu_memory_utilization: float = 0.9) -> None:
+                 gpu_memory_utilization: float = 0.9,
+                 generation_defaults: Optional[GenerationDefaults] = None) -> None:
         configure_package_logger()
         self.model_config = config.model_config
         self.device = torch.device(config.device_config.resolved)
@@ -63,6 +65,8 @@ class LLMEngine:
                                         self.model_config.eos_token_id)
         detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
         self._seq_ids = itertools.count()
+        # Request defaults from the model's generation_config.json (HF's defaults when there is none).
+        self.generation_defaults = generation_defaults or GenerationDefaults()
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
             detokenizer, lambda: next(self._seq_ids))
@@ -81,7 +85,8 @@ class LLMEngine:
         device = torch.device(config.device_config.resolved)
         model, _ = load_model(model_dir, _DTYPES[args.dtype], device)
         tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
-        return cls(config, model, tokenizer, args.gpu_memory_utilization)
+        return cls(config, model, tokenizer, args.gpu_memory_utilization,
+                   GenerationDefaults.from_model_dir(model_dir))
 
     def _sized_cache_config(self, config: EngineConfig, model, gpu_memory_utilization: float):
         cache_config = config.cache_config
@@ -103,11 +108,17 @@ class LLMEngine:
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: Any,
-                    params: Optional[Union[SamplingParams, BeamSearchParams]] = None,
+                    params: Optional[Union[SamplingParams, BeamSearchParams, Dict[str, Any]]] = None,
                     arrival_time: Optional[float] = None, priority: int = 0) -> None:
         """Queue one request. BeamSearchParams make it a beam search; SamplingParams with best_of > 1 give it
-        best_of sequences sharing the prompt's blocks, of which the n most likely are returned."""
-        params = params if params is not None else SamplingParams()
+        best_of sequences sharing the prompt's blocks, of which the n most likely are returned. `params=None` takes
+        the model's generation_config.json defaults (beam search if it sets num_beams > 1); a dict takes those
+        defaults with the dict's fields overridden (e.g. {"max_tokens": 64, "beam_width": 1})."""
+        inputs = None
+        if params is None or isinstance(params, dict):
+            inputs = self.input_preprocessor.preprocess(prompt)
+            params = self.generation_defaults.request_params(
+                len(inputs.decoder.prompt_token_ids), self.model_config.max_model_len, **(params or {}))
         beam_params = None
         if isinstance(params, BeamSearchParams):
             self._check_beam_width(params)
@@ -116,7 +127,9 @@ class LLMEngine:
             raise TypeError(f"params must be SamplingParams or BeamSearchParams, got {type(params).__name__}")
         self._check_supported(params)
         params = self._with_processor_token_ids(params)
-        inputs = self._audio_to_features(self.input_preprocessor.preprocess(prompt, params))
+        if inputs is None:
+            inputs = self.input_preprocessor.preprocess(prompt, params)
+        inputs = self._audio_to_features(inputs)
         eos, block_size = self.model_config.eos_token_id, self.cache_config.block_size
         decoder_seqs = [Sequence(next(self._seq_ids), inputs.decoder, block_size, eos) for _ in range(params.best_of)]
         encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, block_size)

@@ -30,12 +30,18 @@ class LLM:
         from seq2seq_engine.transcription import transcribe
         return transcribe(self, audio, **kwargs)
 
-    def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, Seq[SamplingParams]]] = None,
+    def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, dict, Seq[Any]]] = None,
                  use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:
         """Generate for one prompt or a list; `sampling_params` is one object or one per prompt. With n/best_of > 1
-        each output holds the n most likely of best_of sampled sequences."""
+        each output holds the n most likely of best_of sampled sequences. `None` follows the model's
+        generation_config.json (as HF `generate`: beam search when it sets num_beams > 1); a dict follows it with
+        the dict's fields overridden (e.g. `{"max_tokens": 64}`)."""
         prompt_list = _as_prompt_list(prompts)
-        params_list = _params_per_prompt(sampling_params, len(prompt_list), SamplingParams, "sampling_params")
+        if sampling_params is None or isinstance(sampling_params, dict):
+            params_list = [sampling_params] * len(prompt_list)
+        else:
+            params_list = _params_per_prompt(sampling_params, len(prompt_list), (SamplingParams, dict),
+                                             "sampling_params")
         return self._run_engine(self._add_requests(prompt_list, params_list, priority), use_tqdm)
 
     def beam_search(self, prompts: Any, params: Union[BeamSearchParams, Seq[BeamSearchParams]],
@@ -45,7 +51,7 @@ class LLM:
         prompt_list = _as_prompt_list(prompts)
         if params is None:
             raise TypeError("beam_search needs BeamSearchParams (beam_width, max_tokens, ...)")
-        params_list = _params_per_prompt(params, len(prompt_list), BeamSearchParams, "params")
+        params_list = _params_per_prompt(params, len(prompt_list), (BeamSearchParams,), "params")
         return self._run_engine(self._add_requests(prompt_list, params_list, None), use_tqdm)
 
     def _add_requests(self, prompt_list: list, params_list: list, priority: Optional[List[int]]) -> List[str]:
@@ -85,16 +91,15 @@ def _as_prompt_list(prompts: Any) -> list:
     return [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
 
 
-def _params_per_prompt(params, num_prompts: int, params_type: type, argument: str) -> list:
-    """One params object for every prompt, from None (defaults), one object, or one per prompt."""
-    if params is None:
-        return [params_type()] * num_prompts
-    if isinstance(params, params_type):
+def _params_per_prompt(params, num_prompts: int, types: tuple, argument: str) -> list:
+    """One params object for every prompt, from one object or one per prompt (each an instance of `types`)."""
+    names = " or ".join(t.__name__ for t in types)
+    if isinstance(params, types):
         return [params] * num_prompts
     if isinstance(params, (list, tuple)):
         if len(params) != num_prompts:
-            raise ValueError(f"got {len(params)} {argument} for {num_prompts} prompts; "
-                             f"pass one {params_type.__name__} or one per prompt")
-        if all(isinstance(p, params_type) for p in params):
+            raise ValueError(f"got {len(params)} {argument} for {num_prompts} prompts; pass one {names} or one per "
+                             f"prompt")
+        if all(isinstance(p, types) for p in params):
             return list(params)
-    raise TypeError(f"{argument} must be a {params_type.__name__} or a list of them, got {type(params).__name__}")
+    raise TypeError(f"{argument} must be a {names} or a list of them, got {type(params).__name__}")

@@ -1,0 +1,161 @@
+"""`seq2seq-engine generate|summarize|translate --model DIR --input FILE.jsonl|txt [--output OUT.jsonl]`.
+
+Each input line becomes one request; results are written as JSON lines in input order, each as soon as it and
+all before it are done (so a long file streams), with a progress bar on stderr. Generation settings come from the
+model's generation_config.json (e.g. bart-large-cnn's 4 beams, length penalty, min/max lengths, no_repeat_ngram)
+and any flag given here overrides them. A line the engine refuses gets {"index": i, "error": "..."} at its place
+and the exit status is 1; a usage or model error exits with 2.
+
+Input: .txt = one text prompt per non-empty line; .jsonl = one JSON value per line: a string, or a prompt object
+({"prompt": ...}, {"prompt_token_ids": [...]}, {"encoder_prompt": ..., "decoder_prompt": ...}).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
+
+from tqdm.auto import tqdm
+
+from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
+from seq2seq_engine.outputs import RequestOutput
+
+EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
+COMMANDS = {
+    "generate": "generate for each prompt (decoder-only or encoder/decoder models)",
+    "summarize": "summarize each document with an encoder/decoder model (e.g. BART)",
+    "translate": "translate each line with an encoder/decoder model (mBART: --src-lang/--tgt-lang)",
+}
+
+
+def read_prompts(path: str) -> List[Any]:
+    """A .txt file gives one text prompt per non-empty line; a .jsonl file one prompt value per line."""
+    prompts = []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if not path.endswith(".jsonl"):
+                prompts.append(line)
+                continue
+            try:
+                prompts.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg})") from None
+    return prompts
+
+
+def add_parsers(subparsers: Any) -> None:
+    for name, help_text in COMMANDS.items():
+        parser = subparsers.add_parser(name, help=help_text, description=__doc__,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+        _configure(parser, translate=name == "translate")
+
+
+def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
+    parser.add_argument("--model", required=True, help="model directory (config.json + weights) or packaged name")
+    parser.add_argument("--input", required=True, help=".txt (one prompt a line) or .jsonl (one prompt a line)")
+    parser.add_argument("--output", default="-", help="output .jsonl file ('-': stdout)")
+    group = parser.add_argument_group("generation (default: the model's generation_config.json)")
+    group.add_argument("--max-tokens", type=int, default=None, help="new tokens at most")
+    group.add_argument("--min-tokens", type=int, default=None, help="new tokens at least (EOS banned before)")
+    group.add_argument("--beam-width", type=int, default=None, help="beam search with this many beams (1: none)")
+    group.add_argument("--length-penalty", type=float, default=None, help="beam search: score / len ** this")
+    group.add_argument("--no-repeat-ngram-size", type=int, default=None)
+    group.add_argument("--repetition-penalty", type=float, default=None)
+    group.add_argument("--temperature", type=float, default=None, help="0: greedy; > 0: sampling")
+    group.add_argument("--top-p", type=float, default=None)
+    group.add_argument("--top-k", type=int, default=None)
+    group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    if translate:
+        group.add_argument("--src-lang", default=None, help="source language code of the tokenizer (mBART)")
+        group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART)")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    engine.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
+    engine.add_argument("--max-num-seqs", type=int, default=256)
+    engine.add_argument("--max-in-flight", type=int, default=512, help="requests queued in the engine at once")
+    engine.add_argument("--skip-tokenizer-init", action="store_true", help="token-id prompts only, no text")
+    engine.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """The generation flags given on the command line (None = keep the model's default)."""
+    names = ("max_tokens", "min_tokens", "beam_width", "length_penalty", "no_repeat_ngram_size",
+             "repetition_penalty", "temperature", "top_p", "top_k", "seed")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def _translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Namespace) -> Iterator[Any]:
+    """mBART-style: the tokenizer encodes in --src-lang; the decoder starts with the --tgt-lang code."""
+    src_lang, tgt_lang = getattr(args, "src_lang", None), getattr(args, "tgt_lang", None)
+    if src_lang is None and tgt_lang is None:
+        yield from prompts
+        return
+    if tokenizer is None:
+        raise ValueError("--src-lang/--tgt-lang need a tokenizer (not --skip-tokenizer-init)")
+    if src_lang is not None:
+        if not hasattr(tokenizer, "src_lang"):
+            raise ValueError(f"the tokenizer {type(tokenizer).__name__} has no source language (--src-lang)")
+        tokenizer.src_lang = src_lang
+    decoder_prompt = None
+    if tgt_lang is not None:
+        tgt_id = tokenizer.convert_tokens_to_ids(tgt_lang)
+        if tgt_id is None or tgt_id == tokenizer.unk_token_id:
+            raise ValueError(f"--tgt-lang {tgt_lang!r} is not a token of this tokenizer")
+        decoder_prompt = {"prompt_token_ids": [tgt_id]}
+    for prompt in prompts:
+        if decoder_prompt is None or (isinstance(prompt, dict) and "encoder_prompt" in prompt):
+            yield prompt
+        else:
+            yield {"encoder_prompt": prompt, "decoder_prompt": decoder_prompt}
+
+
+def _record(index: int, item: Any) -> dict:
+    if isinstance(item, StreamError):
+        return {"index": index, "error": item.error}
+    assert isinstance(item, RequestOutput)
+    best = item.outputs[0]
+    prompt = item.encoder_prompt if item.encoder_prompt is not None else item.prompt
+    record = {"index": index, "prompt": prompt, "text": best.text, "token_ids": best.token_ids, "finish_reason": best.finish_reason,
+              "cumulative_logprob": best.cumulative_logprob}
+    if len(item.outputs) > 1:
+        record["alternatives"] = [{"text": o.text, "token_ids": o.token_ids,
+                                   "cumulative_logprob": o.cumulative_logprob} for o in item.outputs[1:]]
+    return record
+
+
+def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
+    """Write one JSON line per input; returns (results written, inputs refused)."""
+    from seq2seq_engine.entrypoints.llm import LLM
+    prompts = read_prompts(args.input)
+    llm = LLM(args.model, dtype=args.dtype, device=args.device, skip_tokenizer_init=args.skip_tokenizer_init,
+              kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs)
+    overrides = overrides_from_args(args)
+    requests = ((prompt, dict(overrides)) for prompt in _translation_prompts(prompts, llm.get_tokenizer(), args))
+    written = failed = 0
+    with tqdm(total=len(prompts), desc=f"{args.command}", unit="req", disable=args.quiet) as progress:
+        for index, item in stream_in_order(llm.llm_engine, requests, args.max_in_flight,
+                                           on_finished=lambda: progress.update(1)):
+            out.write(json.dumps(_record(index, item), ensure_ascii=False) + "\n")
+            out.flush()
+            written += 1
+            failed += isinstance(item, StreamError)
+    return written, failed
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.output == "-":
+            written, failed = run(args, sys.stdout)
+        else:
+            with open(args.output, "w", encoding="utf-8") as out:
+                written, failed = run(args, out)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        print(f"seq2seq-engine: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"seq2seq-engine: wrote {written} results ({failed} refused)", file=sys.stderr)
+    return EXIT_FAILED_INPUTS if failed else EXIT_OK
