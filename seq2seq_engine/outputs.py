@@ -34,6 +34,9 @@ class RequestOutput:
     encoder_prompt: Optional[str] = None
     encoder_prompt_token_ids: Optional[List[int]] = None
     ignored_reason: Optional[str] = None
+    # With SamplingParams.prompt_logprobs: per decoder-prompt token, None for the first, then {token_id: logprob}
+    # holding the prompt token and the top prompt_logprobs tokens (entries so far while the prompt is prefilling).
+    prompt_logprobs: Optional[List[Optional[Dict[int, float]]]] = None
 
     @classmethod
     def from_seq_group(cls, seq_group: SequenceGroup) -> "RequestOutput":
@@ -62,4 +65,5 @@ class RequestOutput:
                    prompt_token_ids=list(seq_group.prompt_token_ids), outputs=outputs,
                    finished=seq_group.is_finished(), encoder_prompt=seq_group.encoder_prompt,
                    encoder_prompt_token_ids=seq_group.encoder_prompt_token_ids,
-                   ignored_reason=seq_group.ignored_reason)
+                   ignored_reason=seq_group.ignored_reason,
+                   prompt_logprobs=list(seq_group.prompt_logprobs) if seq_group.prompt_logprobs is not None else None)

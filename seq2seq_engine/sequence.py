@@ -196,6 +196,10 @@ class SequenceGroup:
         self.generator: Optional[Any] = None
         # Set for a beam-search request: its spec and finished hypotheses (seq2seq_engine/sampling/beam_search.py).
         self.beam_search: Optional[BeamSearchState] = None
+        # With prompt_logprobs: one entry per decoder-prompt token, None for the first (nothing predicts it), then
+        # {token_id: logprob} dicts, filled chunk by chunk as the prompt is prefilled.
+        self.prompt_logprobs: Optional[List[Optional[Dict[int, float]]]] = (
+            [None] if sampling_params is not None and sampling_params.prompt_logprobs is not None else None)
 
     def is_encoder_decoder(self) -> bool:
         return self.encoder_seq is not None

@@ -166,10 +166,19 @@ def test_min_tokens_keeps_eos_and_stop_tokens_out_until_reached(llm):
     assert 2 not in eos_output.token_ids[:4] and eos_output.token_ids[4:] == [2, 2]
 
 
-@pytest.mark.parametrize("field,value", [("prompt_logprobs", 1)])
-def test_options_not_built_yet_are_refused(llm, field, value):
-    with pytest.raises(ValueError, match=field):
-        llm.generate("the sun", SamplingParams(max_tokens=2, **{field: value}), use_tqdm=False)
+def test_prompt_logprobs_of_a_text_prompt_score_the_default_decoder_prompt(llm, bart_with_tokenizer):
+    _, hf_model, tokenizer = bart_with_tokenizer
+    output = llm.generate("the sun", SamplingParams(max_tokens=2, prompt_logprobs=2), use_tqdm=False)[0]
+    assert output.prompt_token_ids == [2, 0]
+    with torch.no_grad():
+        logits = hf_model(input_ids=torch.tensor([tokenizer("the sun").input_ids]),
+                          decoder_input_ids=torch.tensor([[2, 0]])).logits[0, 0]
+    reference = torch.log_softmax(logits, dim=-1)
+    top_ids = reference.topk(2).indices.tolist()
+    assert output.prompt_logprobs[0] is None and len(output.prompt_logprobs) == 2
+    assert set(output.prompt_logprobs[1]) == {0, *top_ids}
+    for token_id, logprob in output.prompt_logprobs[1].items():
+        assert abs(logprob - float(reference[token_id])) < 1e-4
     assert not llm.llm_engine.has_unfinished_requests() and _all_free(llm)
 
 

@@ -150,17 +150,13 @@ class LLMEngine:
                              f"(an engine argument, at most max_num_seqs={self.scheduler_config.max_num_seqs})")
 
     def _check_supported(self, params: SamplingParams) -> None:
-        """Options that are validated but not implemented yet fail loudly instead of being ignored."""
+        """Options that this engine cannot honour fail loudly instead of being ignored."""
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
         max_num_seqs = self.scheduler_config.max_num_seqs
         if params.best_of > max_num_seqs:
             raise ValueError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
                              f"sequences run in the same step")
-        unsupported = {"prompt_logprobs": (params.prompt_logprobs, None)}
-        for name, (value, default) in unsupported.items():
-            if value != default:
-                raise ValueError(f"{name}={value} is not supported yet; leave it at {default}")
 
     def _with_processor_token_ids(self, params: SamplingParams) -> SamplingParams:
         """Tokenize `bad_words` (into a copy of the params) and check every token id against the vocabulary."""

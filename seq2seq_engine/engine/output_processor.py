@@ -1,13 +1,13 @@
 """Applies a step's sampled tokens to the scheduled sequences: append, detokenize, check stops, free."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence as Seq, Tuple
 
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
 from seq2seq_engine.engine.beam_output import BeamOutputProcessor, Candidates
 from seq2seq_engine.sampling.sampler import SamplerOutput
-from seq2seq_engine.sequence import Sequence, SequenceStatus
+from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
 from seq2seq_engine.stop_checker import StopChecker
 from seq2seq_engine.tokenizer import Detokenizer
 
@@ -26,10 +26,13 @@ class OutputProcessor:
         row_of_seq = {seq_id: row for row, seq_id in enumerate(sampled_seq_ids)}
         columns = _sampler_columns(sampler_output)
         beam_candidates = _beam_candidates(sampler_output, sampled_seq_ids)
+        prompt_chunks = _prompt_logprob_chunks(sampler_output)
         finished_seq_ids = []
         for scheduled in scheduler_outputs.scheduled_seq_groups:
             seq_group = scheduled.seq_group
             seq_group.update_num_computed_tokens(scheduled.token_chunk_size)
+            if seq_group.request_id in prompt_chunks:
+                _extend_prompt_logprobs(seq_group, *prompt_chunks[seq_group.request_id])
             if seq_group.beam_search is not None:
                 finished_seq_ids.extend(self.beam_processor.process(seq_group, beam_candidates))
                 continue
@@ -45,14 +48,54 @@ class OutputProcessor:
 
     def _append(self, seq: Sequence, params, columns: Dict[str, list], row: int) -> None:
         token_id = columns["token_ids"][row]
-        logprobs = {token_id: columns["logprobs"][row]}
-        if params.logprobs and columns["topk_ids"] is not None:
-            for rank_token, rank_logprob in zip(columns["topk_ids"][row][:params.logprobs],
-                                                columns["topk_logprobs"][row][:params.logprobs]):
-                logprobs.setdefault(rank_token, rank_logprob)
+        has_topk = params.logprobs and columns["topk_ids"] is not None
+        logprobs = _logprob_entry(token_id, columns["logprobs"][row], columns["topk_ids"][row] if has_topk else (),
+                                  columns["topk_logprobs"][row] if has_topk else (), params.logprobs or 0)
         seq.append_token_id(token_id, logprobs)
         new_char_count = self.detokenizer.decode_sequence_inplace(seq, params) if self.detokenizer else 0
         self.stop_checker.maybe_stop_sequence(seq, new_char_count, params)
+
+
+def _logprob_entry(token_id: int, logprob: float, topk_ids: Seq[int], topk_logprobs: Seq[float],
+                   num_topk: int) -> Dict[int, float]:
+    """{token_id: logprob} for the chosen (sampled or prompt) token, then the top num_topk not already in it."""
+    entry = {token_id: logprob}
+    for rank_token, rank_logprob in zip(topk_ids[:num_topk], topk_logprobs[:num_topk]):
+        entry.setdefault(rank_token, rank_logprob)
+    return entry
+
+
+def _prompt_logprob_chunks(sampler_output: Optional[SamplerOutput]) -> Dict[str, Tuple[int, List[Dict[int, float]]]]:
+    """Each request's prompt tokens scored this step: (index of the first one in the decoder prompt, one
+    {token_id: logprob} entry per token), keyed by request id."""
+    out = sampler_output.prompt_logprobs if sampler_output is not None else None
+    if out is None:
+        return {}
+    token_ids, logprobs = out.token_ids.tolist(), out.token_logprobs.tolist()
+    has_topk = out.topk_token_ids is not None
+    topk_ids = out.topk_token_ids.tolist() if has_topk else None
+    topk_logprobs = out.topk_logprobs.tolist() if has_topk else None
+    chunks, row = {}, 0
+    for request_id, first, count, num_topk in zip(out.request_ids, out.first_token_indices, out.num_tokens,
+                                                   out.num_topk):
+        chunks[request_id] = (first, [
+            _logprob_entry(token_ids[r], logprobs[r], topk_ids[r] if num_topk else (),
+                           topk_logprobs[r] if num_topk else (), num_topk)
+            for r in range(row, row + count)])
+        row += count
+    return chunks
+
+
+def _extend_prompt_logprobs(seq_group: SequenceGroup, first_token_index: int,
+                            entries: List[Dict[int, float]]) -> None:
+    """Append the entries the request does not hold yet: a prompt scored again keeps its first logprobs."""
+    held = seq_group.prompt_logprobs
+    if held is None:
+        return
+    if first_token_index > len(held):
+        raise AssertionError(f"request {seq_group.request_id}: prompt logprobs from token {first_token_index} "
+                             f"arrived with only {len(held)} held")
+    held.extend(entries[len(held) - first_token_index:])
 
 
 def _beam_candidates(sampler_output: Optional[SamplerOutput], sampled_seq_ids: List[int]) -> Dict[int, Candidates]:

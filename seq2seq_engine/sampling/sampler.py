@@ -24,6 +24,22 @@ _TOP_P_CANDIDATE_ROUNDS = (256, 4096)
 
 
 @dataclasses.dataclass
+class PromptLogprobsOutput:
+    """Logprobs of the prompt tokens scored in one step, log_softmax of the raw logits. Chunk i scores the
+    decoder-prompt tokens first_token_indices[i] .. + num_tokens[i] - 1 of request request_ids[i]; the rows of
+    the tensors are the chunks' tokens, in chunk order."""
+
+    request_ids: List[str]
+    first_token_indices: List[int]
+    num_tokens: List[int]
+    num_topk: List[int]                         # each chunk's request's prompt_logprobs
+    token_ids: torch.Tensor                     # [T] the prompt tokens scored
+    token_logprobs: torch.Tensor                # [T] float32
+    topk_logprobs: Optional[torch.Tensor] = None    # [T, K], K = the largest num_topk (None when it is 0)
+    topk_token_ids: Optional[torch.Tensor] = None   # [T, K] int64
+
+
+@dataclasses.dataclass
 class SamplerOutput:
     sampled_token_ids: torch.Tensor             # [N] int64
     sampled_logprobs: torch.Tensor              # [N] float32: log_softmax(raw logits)[token]
@@ -34,6 +50,13 @@ class SamplerOutput:
     beam_rows: Optional[List[int]] = None
     beam_logprobs: Optional[torch.Tensor] = None
     beam_token_ids: Optional[torch.Tensor] = None
+    # Prompt logprobs of the step's prefill chunks that asked for them (filled by the model runner).
+    prompt_logprobs: Optional[PromptLogprobsOutput] = None
+
+    @classmethod
+    def empty(cls, device: torch.device) -> "SamplerOutput":
+        """No sampled row (a step of prompt chunks that sample nothing but may score prompt tokens)."""
+        return cls(torch.empty(0, dtype=torch.long, device=device), torch.empty(0, device=device))
 
 
 def _uniform_rows(num_rows: int, width: int, generators: Sequence[Optional[torch.Generator]],

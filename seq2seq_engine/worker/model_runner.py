@@ -17,6 +17,7 @@ from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
 from seq2seq_engine.sequence import SequenceGroupMetadata
 from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
+from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
 
 
 @dataclasses.dataclass
@@ -34,6 +35,8 @@ class ModelInput:
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
+    # Prefill positions that score prompt tokens, for requests with prompt_logprobs (None: no such request).
+    prompt_logprobs: Optional[PromptLogprobPlan] = None
 
 
 @dataclasses.dataclass
@@ -77,9 +80,12 @@ class ModelRunner:
         self.block_size = block_size
         self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
         self.sampler = Sampler()
+        self.prompt_logprobs = PromptLogprobTracker()
 
     def release_seqs(self, seq_ids) -> None:
+        seq_ids = list(seq_ids)
         self.input_batch.release(seq_ids)
+        self.prompt_logprobs.release(seq_ids)
 
     def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> _Scheduled:
         scheduled = _Scheduled()
@@ -169,6 +175,10 @@ class ModelRunner:
             sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
             logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
             beam_rows=self._beam_rows(metadata_list))
+        num_prefills = scheduled.num_prefills
+        model_input.prompt_logprobs = self.prompt_logprobs.plan(
+            [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
+            flat.query_start_loc[:num_prefills])
         if encoder_md is not None:
             self._add_encoder_inputs(model_input, metadata_list)
         return self._to_device(model_input)
@@ -233,19 +243,29 @@ class ModelRunner:
             if value is not None:
                 setattr(model_input, field, value.to(self.device, non_blocking=True))
         _metadata_to_device(model_input.attn_metadata, self.device)
+        if model_input.prompt_logprobs is not None:
+            model_input.prompt_logprobs.to(self.device)
         return model_input
 
     @torch.inference_mode()
     def execute_model(self, metadata_list: List[SequenceGroupMetadata],
                       kv_caches: List[Tuple[torch.Tensor, torch.Tensor]]) -> Tuple[List[int], Optional[SamplerOutput]]:
-        """Run one step; returns the sampled sequences' ids and the sampler's output for them."""
+        """Run one step; returns the sampled sequences' ids and the sampler's output for them (which also carries
+        the step's prompt logprobs, so a prompt chunk that samples nothing may still return an output)."""
         model_input = self.prepare_inputs(metadata_list)
         hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
                                    model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
                                    encoder_positions=model_input.encoder_positions,
                                    encoder_features=model_input.encoder_features)
-        if not model_input.sampled_seq_ids:
-            return [], None
+        sampler_output = self._sample(model_input, hidden_states) if model_input.sampled_seq_ids else None
+        if model_input.prompt_logprobs is not None:
+            sampler_output = sampler_output if sampler_output is not None else SamplerOutput.empty(self.device)
+            sampler_output.prompt_logprobs = compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states,
+                                                                     self.model.compute_logits)
+        return model_input.sampled_seq_ids, sampler_output
+
+    def _sample(self, model_input: ModelInput, hidden_states: torch.Tensor) -> SamplerOutput:
+        """Logits of the sampled positions, beam log-softmax and logits processors, then the sampler."""
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
         if model_input.beam_rows is not None:
             # Beam rows score log-probs; as in HF's beam search, logits processors then act on the log-probs.
@@ -258,7 +278,7 @@ class ModelRunner:
             num_candidates = min(model_input.beam_rows[1], logits.shape[1])
             sampler_output.beam_rows = model_input.beam_rows[0]
             sampler_output.beam_logprobs, sampler_output.beam_token_ids = logits[beam_index].topk(num_candidates)
-        return model_input.sampled_seq_ids, sampler_output
+        return sampler_output
 
 
 def _metadata_to_device(attn_metadata: AttentionMetadata, device: torch.device) -> None:
