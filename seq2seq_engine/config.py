@@ -35,11 +35,15 @@ class ModelConfig:
     dtype: str = "float32"
     seed: int = 0
     skip_tokenizer_init: bool = False
+    # Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default; each entry is a Python dict).
+    max_logprobs: int = 20
     hf_config: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _require_positive("vocab_size", self.vocab_size)
         _require_positive("max_target_positions", self.max_target_positions)
+        if not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
+            raise ValueError(f"max_logprobs must be a non-negative integer, got {self.max_logprobs!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if self.is_encoder_decoder:
@@ -158,7 +162,8 @@ def _first_token_id(value) -> Optional[int]:
 
 
 def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", seed: int = 0,
-                         skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None) -> ModelConfig:
+                         skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None,
+                         max_logprobs: int = 20) -> ModelConfig:
     """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
     Whisper: max_source_positions / max_target_positions)."""
     is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
@@ -178,4 +183,5 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         bos_token_id=_first_token_id(getattr(hf_config, "bos_token_id", None)),
         eos_token_id=_first_token_id(getattr(hf_config, "eos_token_id", None)),
         pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
-        dtype=dtype, seed=seed, skip_tokenizer_init=skip_tokenizer_init, hf_config=hf_config)
+        dtype=dtype, seed=seed, skip_tokenizer_init=skip_tokenizer_init, max_logprobs=max_logprobs,
+        hf_config=hf_config)

@@ -198,3 +198,12 @@ def test_logits_processors_see_outputs_and_steer_sampling(llm):
     assert seen == [[], [7], [7, 9], [7, 9, 7]]
     with pytest.raises(TypeError, match="logits_processors"):
         SamplingParams(logits_processors=[3])
+
+
+@pytest.mark.parametrize("field", ["logprobs", "prompt_logprobs"])
+def test_logprobs_above_max_logprobs_are_refused_at_request_time(llm, field):
+    with pytest.raises(ValueError, match=f"{field}=21 exceeds max_logprobs=20"):
+        llm.generate(TokensPrompt(prompt_token_ids=[0, 5, 2]), SamplingParams(**{field: 21}), use_tqdm=False)
+    output = llm.generate(TokensPrompt(prompt_token_ids=[0, 5, 2]), SamplingParams(max_tokens=1, **{field: 20}),
+                          use_tqdm=False)[0]
+    assert output.finished and not llm.llm_engine.has_unfinished_requests() and _all_free(llm)

@@ -26,6 +26,7 @@ class EngineArgs:
     policy: str = "fcfs"
     preemption_mode: str = "recompute"
     enable_chunked_prefill: bool = False
+    max_logprobs: int = 20
     max_beam_width: Optional[int] = None
 
     def __post_init__(self) -> None:
@@ -35,7 +36,7 @@ class EngineArgs:
     def create_engine_config(self, hf_config: Any) -> EngineConfig:
         """Block counts are left unset here: they depend on the model's KV geometry (see engine builder)."""
         model_config = model_config_from_hf(self.model, hf_config, self.dtype, self.seed, self.skip_tokenizer_init,
-                                            self.max_model_len)
+                                            self.max_model_len, self.max_logprobs)
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
         # By default one step can hold the longest possible prefill (encoder + decoder prompt).
         max_batched = self.max_num_batched_tokens or max(8192, max_model_len + max_encoder_len)

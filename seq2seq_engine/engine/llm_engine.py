@@ -157,6 +157,11 @@ class LLMEngine:
         if params.best_of > max_num_seqs:
             raise ValueError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
                              f"sequences run in the same step")
+        max_logprobs = self.model_config.max_logprobs
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(params, name)
+            if value is not None and value > max_logprobs:
+                raise ValueError(f"{name}={value} exceeds max_logprobs={max_logprobs} (an engine argument)")
 
     def _with_processor_token_ids(self, params: SamplingParams) -> SamplingParams:
         """Tokenize `bad_words` (into a copy of the params) and check every token id against the vocabulary."""
