@@ -9,6 +9,7 @@ import tempfile
 import time
 from typing import Dict, List, Tuple
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 import torch
 import transformers
 

@@ -13,6 +13,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 import torch
 import transformers
 

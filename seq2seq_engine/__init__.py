@@ -1,10 +1,15 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
-from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.generation_defaults import GenerationDefaults
-from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
+from seq2seq_engine.openmp_defaults import apply_openmp_defaults
+
+apply_openmp_defaults()  # before anything imports torch (see openmp_defaults.py)
+
+from seq2seq_engine.beam_search_params import BeamSearchParams  # noqa: E402
+from seq2seq_engine.generation_defaults import GenerationDefaults  # noqa: E402
+from seq2seq_engine.inputs import (EncoderDecoderInputs,  # noqa: E402
+                                   ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
                                    zip_enc_dec_prompts)
-from seq2seq_engine.outputs import CompletionOutput, RequestOutput
-from seq2seq_engine.sampling_params import SamplingParams
+from seq2seq_engine.outputs import CompletionOutput, RequestOutput  # noqa: E402
+from seq2seq_engine.sampling_params import SamplingParams  # noqa: E402
 
 __version__ = "0.1.0"
 
