@@ -1,10 +1,11 @@
-"""Beam search parameters for one request (vLLM's field names plus HF's early_stopping), validated at construction."""
+"""Beam search parameters for one request (vLLM's field names plus HF's early_stopping and the logits processors
+of SamplingParams), validated at construction."""
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from seq2seq_engine.sampling_params import SamplingParams, _check_int
+from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS, SamplingParams, _check_int
 
 
 @dataclasses.dataclass
@@ -15,6 +16,8 @@ class BeamSearchParams:
     generated_len counts the new tokens including the final EOS. `early_stopping`: True stops a request as soon as
     it holds `beam_width` finished hypotheses; False stops when no running beam can still beat the worst of them
     (judged at the current length); "never" judges at the longest possible length when length_penalty > 0.
+    The logits processors act on each beam's log-softmax row, as in HF's beam search; a stop string ends a
+    candidate as a stop token does.
     """
 
     beam_width: int
@@ -26,14 +29,25 @@ class BeamSearchParams:
     early_stopping: Union[bool, str] = False
     min_tokens: int = 0
     stop_token_ids: Optional[List[int]] = None
+    stop: Optional[Union[str, List[str]]] = None      # a candidate whose text completes one ends its beam
+    # The logits processors, as SamplingParams (same names, defaults, validation); they act on log-prob rows.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logits_processors: Optional[List[Callable[[List[int], Any], Any]]] = None
+    no_repeat_ngram_size: int = 0
+    bad_words: Optional[List[str]] = None
+    bad_words_ids: Optional[List[List[int]]] = None
+    forced_bos_token_id: Optional[int] = None
+    forced_eos_token_id: Optional[int] = None
+    suppress_tokens: Optional[List[int]] = None
+    begin_suppress_tokens: Optional[List[int]] = None
+    logit_bias: Optional[Dict[int, float]] = None
+    allowed_token_ids: Optional[List[int]] = None
 
     def __post_init__(self) -> None:
-        self.stop_token_ids = list(self.stop_token_ids or [])
         _check_int("beam_width", self.beam_width, 1)
         _check_int("max_tokens", self.max_tokens, 1)
-        _check_int("min_tokens", self.min_tokens, 0)
-        if self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
         if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool):
             raise TypeError(f"temperature must be a number, got {type(self.temperature).__name__}")
         if self.temperature != 0:
@@ -45,11 +59,15 @@ class BeamSearchParams:
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):
-            raise ValueError(f"stop_token_ids must hold non-negative ints, got {self.stop_token_ids!r}")
+        # SamplingParams validates (and normalises: a str stop becomes a list, tuples lists) every shared field.
+        sampling = self.to_sampling_params()
+        for name in ("min_tokens", "stop_token_ids", "stop") + LOGITS_PROCESSOR_FIELDS:
+            setattr(self, name, getattr(sampling, name))
 
     def to_sampling_params(self) -> SamplingParams:
-        """The per-sequence settings the rest of the engine reads (length caps, stop tokens, detokenizing)."""
+        """The per-sequence settings the rest of the engine reads (length caps, stop tokens and strings,
+        detokenizing, logits processors)."""
         return SamplingParams(n=1, temperature=0.0, max_tokens=self.max_tokens, min_tokens=self.min_tokens,
-                              stop_token_ids=list(self.stop_token_ids), ignore_eos=self.ignore_eos,
-                              include_stop_str_in_output=self.include_stop_str_in_output)
+                              stop_token_ids=self.stop_token_ids, stop=self.stop, ignore_eos=self.ignore_eos,
+                              include_stop_str_in_output=self.include_stop_str_in_output,
+                              **{name: getattr(self, name) for name in LOGITS_PROCESSOR_FIELDS})

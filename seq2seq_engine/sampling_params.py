@@ -60,6 +60,13 @@ def _check_logit_bias(logit_bias) -> None:
             raise ValueError(f"logit_bias values must be finite numbers, got {bias!r} for token {token_id}")
 
 
+# The logits-processor fields (besides min_tokens), shared by BeamSearchParams: same names, defaults and validation.
+LOGITS_PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "logits_processors",
+                           "no_repeat_ngram_size", "bad_words", "bad_words_ids", "forced_bos_token_id",
+                           "forced_eos_token_id", "suppress_tokens", "begin_suppress_tokens", "logit_bias",
+                           "allowed_token_ids")
+
+
 @dataclasses.dataclass
 class SamplingParams:
     """How to generate for one request. `max_tokens=None` means up to the model's length limit."""

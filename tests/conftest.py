@@ -46,3 +46,15 @@ def spm_bart_tokenizer(spm_model_file):
                                                      pad_token="<pad>", unk_token="<unk>")
     tokenizer.special_tokens_pattern = "bos_eos"
     return tokenizer
+
+
+@pytest.fixture(scope="session")
+def bart_with_tokenizer(tmp_path_factory, spm_bart_tokenizer):
+    """(model dir, HF model, tokenizer loaded back from the dir) of a random tiny BART saved with the spm tokenizer;
+    the engine and the returned tokenizer encode a text prompt alike (no special tokens added)."""
+    from hf_reference import build_tiny_model
+    transformers = pytest.importorskip("transformers")
+    model_dir, hf_model = build_tiny_model("bart", tmp_path_factory.mktemp("bart_tok"),
+                                           vocab_size=len(spm_bart_tokenizer))
+    spm_bart_tokenizer.save_pretrained(model_dir)
+    return model_dir, hf_model, transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

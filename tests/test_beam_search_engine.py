@@ -2,7 +2,6 @@
 comes back, preemption (swap) of beam requests changes no output, text and stop tokens, and clear request errors."""
 import pytest
 import torch
-import transformers
 
 from hf_reference import build_tiny_model
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
@@ -107,14 +106,6 @@ def test_beam_request_with_no_swap_space_is_ignored_and_frees_its_blocks(tiny_mo
     ignored = [o for o in outputs if o.ignored_reason]
     assert ignored and all("no CPU swap space" in o.ignored_reason for o in ignored)
     assert all(o.finished for o in outputs) and _all_free(llm)
-
-
-@pytest.fixture(scope="module")
-def bart_with_tokenizer(tmp_path_factory, spm_bart_tokenizer):
-    model_dir, hf_model = build_tiny_model("bart", tmp_path_factory.mktemp("bart_tok"),
-                                           vocab_size=len(spm_bart_tokenizer))
-    spm_bart_tokenizer.save_pretrained(model_dir)
-    return model_dir, hf_model, transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
 
 
 @pytest.mark.parametrize("include_stop", [False, True])

@@ -3,6 +3,7 @@ hypothesis identical (tokens, cumulative logprob, score), all prompts batched in
 import pytest
 import torch
 
+from generate_reference import hf_beam_generate
 from hf_reference import build_tiny_model, hf_greedy
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
@@ -40,18 +41,12 @@ def _llama_prompts(generator):
 def _hf_beams(hf_model, hf_input, width, length_penalty, early_stopping, min_tokens):
     """HF's num_beams hypotheses (generated tokens), their sequences_scores, best first."""
     input_ids, decoder_input_ids = hf_input
-    prompt = decoder_input_ids if decoder_input_ids is not None else input_ids
-    kwargs = dict(num_beams=width, num_return_sequences=width, max_new_tokens=NUM_TOKENS,
-                  length_penalty=length_penalty, early_stopping=early_stopping,
-                  min_length=prompt.shape[1] + min_tokens, do_sample=False, forced_eos_token_id=None,
-                  output_scores=True, return_dict_in_generate=True)
-    if decoder_input_ids is not None:
-        out = hf_model.generate(input_ids=input_ids, decoder_input_ids=decoder_input_ids, **kwargs)
-    else:
-        out = hf_model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-    lengths = (out.beam_indices != -1).sum(dim=1).tolist()
-    start = prompt.shape[1]
-    return [out.sequences[b, start:start + lengths[b]].tolist() for b in range(width)], out.sequences_scores.tolist()
+    encoder = input_ids[0].tolist() if decoder_input_ids is not None else None
+    prompt = (decoder_input_ids if decoder_input_ids is not None else input_ids)[0].tolist()
+    beams = hf_beam_generate(hf_model, encoder, prompt, num_beams=width, num_return_sequences=width,
+                             max_new_tokens=NUM_TOKENS, length_penalty=length_penalty, early_stopping=early_stopping,
+                             min_length=len(prompt) + min_tokens, forced_eos_token_id=None)
+    return [tokens for tokens, _ in beams], [score for _, score in beams]
 
 
 @pytest.fixture(scope="module", params=["bart", "llama"])

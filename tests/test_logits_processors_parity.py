@@ -5,13 +5,11 @@ import collections
 
 import pytest
 import torch
-from transformers import GenerationConfig
 
-from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
+from seq2seq_engine import LLM, SamplingParams
+from generate_reference import EOS, bart_requests, hf_greedy_generate, llama_requests, make_eos_likely
 from hf_reference import build_tiny_model
 
-EOS = 2
 SETTINGS = ["ngram_repetition", "min_bad_suppress", "forced", "everything"]
 
 
@@ -34,57 +32,17 @@ def _settings(name, prompt_len, frequent):
     return ours, hf
 
 
-def _hf_generate(model, encoder, decoder_prompt, **kwargs):
-    config = GenerationConfig(do_sample=False, num_beams=1, eos_token_id=EOS, pad_token_id=1, bos_token_id=0,
-                              decoder_start_token_id=getattr(model.config, "decoder_start_token_id", None), **kwargs)
-    if encoder is not None:
-        out = model.generate(input_ids=torch.tensor([encoder]), decoder_input_ids=torch.tensor([decoder_prompt]),
-                             generation_config=config)
-    else:
-        ids = torch.tensor([decoder_prompt])
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
-    return out[0, len(decoder_prompt):].tolist()
-
-
-def _bart_requests(config, generator):
-    """8 prompts: default decoder prompt [2, 0], explicit [2] (forced BOS applies) and longer explicit ones."""
-    requests = []
-    for i in range(8):
-        encoder = torch.randint(4, config.vocab_size, (5 + 4 * i,), generator=generator).tolist()
-        extra = torch.randint(4, config.vocab_size, (i % 3 + 1,), generator=generator).tolist()
-        decoder = [[2, 0], [2], [2] + extra][i % 3]
-        prompt = TokensPrompt(prompt_token_ids=encoder)
-        if decoder != [2, 0]:
-            prompt = ExplicitEncoderDecoderPrompt(encoder_prompt=prompt,
-                                                  decoder_prompt=TokensPrompt(prompt_token_ids=decoder))
-        requests.append((prompt, encoder, decoder))
-    return requests
-
-
-def _llama_requests(config, generator):
-    lengths = [1, 6, 1, 13, 3, 1, 9, 20]
-    return [(TokensPrompt(prompt_token_ids=p), None, p)
-            for p in (torch.randint(4, config.vocab_size, (n,), generator=generator).tolist() for n in lengths)]
-
-
-def _make_eos_likely(arch, model):
-    with torch.no_grad():
-        if arch == "bart":
-            model.final_logits_bias[0, EOS] += 4.0
-        else:
-            model.lm_head.weight[EOS] *= 4.0
-
-
 @pytest.mark.parametrize("arch", ["bart", "llama"])
 def test_greedy_processors_match_hf_generate(arch, tmp_path):
     model_dir, hf_model = build_tiny_model(arch, tmp_path, forced_eos_token_id=None)
-    _make_eos_likely(arch, hf_model)
+    make_eos_likely(arch, hf_model)
     hf_model.save_pretrained(model_dir)
-    make_requests = _bart_requests if arch == "bart" else _llama_requests
+    make_requests = bart_requests if arch == "bart" else llama_requests
     requests = make_requests(hf_model.config, torch.Generator().manual_seed(7))
-    plain = [_hf_generate(hf_model, enc, dec, max_new_tokens=24) for _, enc, dec in requests]
+    plain = [hf_greedy_generate(hf_model, enc, dec, max_new_tokens=24) for _, enc, dec in requests]
     # Tokens to ban or force: the commonest of the plain runs, then of runs kept diverse by a repetition penalty.
-    diverse = [_hf_generate(hf_model, enc, dec, max_new_tokens=12, repetition_penalty=2.0) for _, enc, dec in requests]
+    diverse = [hf_greedy_generate(hf_model, enc, dec, max_new_tokens=12, repetition_penalty=2.0)
+               for _, enc, dec in requests]
     frequent = [t for out in (plain, diverse) for t, _ in collections.Counter(
         t for tokens in out for t in tokens if t != EOS).most_common()]
     frequent = list(dict.fromkeys(frequent))[:8]
@@ -94,7 +52,7 @@ def test_greedy_processors_match_hf_generate(arch, tmp_path):
     for name in SETTINGS:
         for (prompt, encoder, decoder), unconstrained in zip(requests, plain):
             ours, hf = _settings(name, len(decoder), frequent)
-            reference = _hf_generate(hf_model, encoder, decoder, **hf)
+            reference = hf_greedy_generate(hf_model, encoder, decoder, **hf)
             prompts.append(prompt)
             params.append(SamplingParams(temperature=0.0, **ours))
             expected.append(reference)

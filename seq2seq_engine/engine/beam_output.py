@@ -1,6 +1,7 @@
 """Applies a beam-search step to a request: beams fork and die through the scheduler (their blocks are shared
 copy-on-write and freed with the last beam holding them), tokens are appended and detokenized, finished hypotheses
-are kept, and the request finishes when HF's stopping rule says so."""
+are kept (a candidate whose text completes a stop string ends, as one with a stop token), and the request finishes
+when HF's stopping rule says so."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -44,10 +45,13 @@ class BeamOutputProcessor:
             return []  # a prompt chunk that does not end the prompt samples nothing
         state: BeamSearchState = seq_group.beam_search
         rows = [candidates_of[beam.seq_id] for beam in beams]
+        trials: Dict[Tuple[int, int], Sequence] = {}  # (parent, token) -> the candidate, detokenized and checked
         result = beam_search_step(
             [beam.data.cumulative_logprob for beam in beams], [ids for ids, _ in rows], [lps for _, lps in rows],
             beams[0].get_output_len(), state.spec, state.hypotheses,
-            make_payload=lambda cand: self._hypothesis(seq_group, beams[cand.parent], cand))
+            make_payload=lambda cand: self._trial(seq_group, beams, cand, trials),
+            stops_by_text=((lambda cand: self._stops_by_text(seq_group, beams, cand, trials))
+                           if seq_group.sampling_params.stop else None))
         dropped = self._advance(seq_group, beams, result.next_beams)
         if result.done:
             dropped += self._finish(seq_group, state)
@@ -57,14 +61,24 @@ class BeamOutputProcessor:
         seq.append_token_id(candidate.token_id, {candidate.token_id: candidate.logprob})
         return self.detokenizer.decode_sequence_inplace(seq, params) if self.detokenizer else 0
 
-    def _hypothesis(self, seq_group: SequenceGroup, parent: Sequence, candidate: BeamCandidate) -> Sequence:
-        """A finished copy of the parent plus the final token; it holds no KV blocks."""
-        hypothesis = parent.fork(self.next_seq_id())
-        new_char_count = self._append(hypothesis, candidate, seq_group.sampling_params)
-        # Sets FINISHED_STOPPED (a stop token, its text dropped unless include_stop_str_in_output) or
-        # FINISHED_LENGTH_CAPPED: the same limits that made the beam search end this candidate.
-        self.stop_checker.maybe_stop_sequence(hypothesis, new_char_count, seq_group.sampling_params)
-        return hypothesis
+    def _trial(self, seq_group: SequenceGroup, beams: List[Sequence], candidate: BeamCandidate,
+               trials: Dict[Tuple[int, int], Sequence]) -> Sequence:
+        """A copy of the parent beam plus the candidate's token, detokenized and stop-checked; it holds no KV
+        blocks. A candidate that ends becomes this finished hypothesis."""
+        key = (candidate.parent, candidate.token_id)
+        if key not in trials:
+            trial = beams[candidate.parent].fork(self.next_seq_id())
+            new_char_count = self._append(trial, candidate, seq_group.sampling_params)
+            # Sets FINISHED_STOPPED (a stop token, its text dropped unless include_stop_str_in_output, or a stop
+            # string, the text cut there) or FINISHED_LENGTH_CAPPED: the limits that end a candidate.
+            self.stop_checker.maybe_stop_sequence(trial, new_char_count, seq_group.sampling_params)
+            trials[key] = trial
+        return trials[key]
+
+    def _stops_by_text(self, seq_group: SequenceGroup, beams: List[Sequence], candidate: BeamCandidate,
+                       trials: Dict[Tuple[int, int], Sequence]) -> bool:
+        trial = self._trial(seq_group, beams, candidate, trials)
+        return trial.status == SequenceStatus.FINISHED_STOPPED and isinstance(trial.stop_reason, str)
 
     def _advance(self, seq_group: SequenceGroup, beams: List[Sequence], next_beams: List[BeamCandidate]) -> List[int]:
         """Each beam continues with its first candidate, forks for the others, or is freed when it has none."""

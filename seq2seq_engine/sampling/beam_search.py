@@ -1,8 +1,8 @@
 """One beam-search step of one request with HF `generate` semantics: pure list logic, no model and no engine state.
 
 Per step (transformers 5.x `_beam_search`): every running beam's token log-probs are added to its score; the best
-`num_candidates` (beam, token) pairs over all beams are ranked; a candidate that ends its sequence (a stop token, or
-the length limit) becomes a finished hypothesis only if it ranks among the first `beam_width`, scored
+`num_candidates` (beam, token) pairs over all beams are ranked; a candidate that ends its sequence (a stop token, a
+stop string, or the length limit) becomes a finished hypothesis only if it ranks among the first `beam_width`, scored
 `cumulative_logprob / generated_len ** length_penalty` (generated_len counts the new tokens including the last one);
 the best `beam_width` candidates that do not end continue as the next running beams.
 """
@@ -97,13 +97,17 @@ def rank_candidates(beam_scores: Sequence[float], token_ids: Sequence[Sequence[i
 def beam_search_step(beam_scores: Sequence[float], token_ids: Sequence[Sequence[int]],
                      logprobs: Sequence[Sequence[float]], generated_len: int, spec: BeamSpec,
                      hypotheses: BeamHypotheses,
-                     make_payload: Optional[Callable[[BeamCandidate], Any]] = None) -> BeamStepResult:
+                     make_payload: Optional[Callable[[BeamCandidate], Any]] = None,
+                     stops_by_text: Optional[Callable[[BeamCandidate], bool]] = None) -> BeamStepResult:
     """Advance one request by one token. `generated_len`: new tokens each running beam holds before this step.
-    `make_payload(candidate)` builds what a new finished hypothesis carries (by default the candidate itself)."""
+    `make_payload(candidate)` builds what a new finished hypothesis carries (by default the candidate itself);
+    `stops_by_text(candidate)` says whether the candidate's text completes a stop string (HF: a stopping
+    criterion hit by the candidate)."""
     candidates = rank_candidates(beam_scores, token_ids, logprobs, spec.num_candidates)
     new_len = generated_len + 1
     at_length_limit = new_len >= spec.max_generated_len
-    ends = [at_length_limit or cand.token_id in spec.stop_token_ids for cand in candidates]
+    ends = [at_length_limit or cand.token_id in spec.stop_token_ids
+            or (stops_by_text is not None and stops_by_text(cand)) for cand in candidates]
     finishing = [Hypothesis(hypotheses.score(cand.cumulative_logprob, new_len), cand.cumulative_logprob, cand)
                  for rank, (cand, end) in enumerate(zip(candidates, ends)) if end and rank < spec.beam_width]
     kept = hypotheses.merge(finishing)
