@@ -19,3 +19,53 @@ def test_transcribe_example_prints_the_spoken_words():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ours:      Hello world." in result.stdout
     assert "ours:      The quick brown fox jumps over the lazy dog." in result.stdout
+
+
+def _tiny_bart_with_tokenizer(tmp_path, tokenizer, **generation):
+    from hf_reference import build_tiny_model
+    model_dir, hf_model = build_tiny_model("bart", tmp_path, vocab_size=len(tokenizer))
+    tokenizer.save_pretrained(model_dir)
+    hf_model.generation_config.update(forced_bos_token_id=0, **generation)
+    hf_model.generation_config.save_pretrained(model_dir)
+    return model_dir, hf_model
+
+
+def _run_example(name, *args):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name), *args], capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _hf_texts(hf_model, model_dir, lines, **generate_kwargs):
+    import torch
+    import transformers
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    texts = []
+    for line in lines:
+        with torch.no_grad():
+            sequences = hf_model.generate(torch.tensor([tokenizer(line).input_ids]), **generate_kwargs)
+        texts.append(tokenizer.decode(sequences[0], skip_special_tokens=True).strip())
+    return texts
+
+
+def test_summarize_example_follows_the_generation_config_like_hf(tmp_path, spm_bart_tokenizer):
+    model_dir, hf_model = _tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, num_beams=2, max_length=12,
+                                                    length_penalty=2.0, no_repeat_ngram_size=3, early_stopping=True)
+    documents = ["the quick brown fox jumps over the lazy dog", "hello world speech audio encoder"]
+    (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
+    stdout = _run_example("summarize.py", "--model", model_dir, str(tmp_path / "docs.txt"))
+    summaries = [line[len("summary:"):].strip() for line in stdout.splitlines() if line.startswith("summary:")]
+    assert summaries == _hf_texts(hf_model, model_dir, documents)
+
+
+def test_translate_example_runs_beam_search_like_hf(tmp_path, spm_bart_tokenizer):
+    model_dir, hf_model = _tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer)
+    lines = ["hello world", "the lazy dog jumps"]
+    (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stdout = _run_example("translate.py", "--model", model_dir, "--beam-width", "3", "--max-tokens", "6",
+                          str(tmp_path / "lines.txt"))
+    translations = [line.strip()[len("-> "):].strip() for line in stdout.splitlines() if line.strip().startswith("->")]
+    # The example's BeamSearchParams are explicit: HF gets the same (its forced BOS is our default decoder prompt).
+    assert translations == _hf_texts(hf_model, model_dir, lines, num_beams=3, max_new_tokens=7,
+                                     forced_eos_token_id=None, no_repeat_ngram_size=0)
