@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from typing import Any, Callable, Optional, Sequence
 
@@ -67,3 +68,14 @@ def convert_into_cache(name: str, convert: Callable[[str], Any], cache_dir: Opti
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def run_conversion_cli(convert: Callable[[], str]) -> int:
+    """The converters' command-line tail: run `convert`, print the output directory (exit 0) or the error (exit 1)."""
+    try:
+        out = convert()
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0

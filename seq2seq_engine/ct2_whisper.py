@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from seq2seq_engine.conversion_cache import CACHE_ENV, cache_entry_name, cache_root, convert_into_cache
+from seq2seq_engine.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
+                                             run_conversion_cli)
 from seq2seq_engine.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
 from seq2seq_engine.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
                                                   write_fixed_tokenizer)
@@ -141,13 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model-file", action="append", default=None,
                         help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
     args = parser.parse_args(argv)
-    try:
-        out = ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype], model_files=args.model_file)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(out)
-    return 0
+    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype], model_files=args.model_file))
 
 
 if __name__ == "__main__":

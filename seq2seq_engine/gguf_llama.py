@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from seq2seq_engine.conversion_cache import cache_entry_name, convert_into_cache
+from seq2seq_engine.conversion_cache import cache_entry_name, convert_into_cache, run_conversion_cli
 
 logger = logging.getLogger(__name__)
 
@@ -239,13 +239,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("gguf_file", help="the .gguf file (general.architecture = llama)")
     parser.add_argument("out_dir", help="output HF directory (created)")
     args = parser.parse_args(argv)
-    try:
-        out = gguf_llama_to_hf(args.gguf_file, args.out_dir)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(out)
-    return 0
+    return run_conversion_cli(lambda: gguf_llama_to_hf(args.gguf_file, args.out_dir))
 
 
 if __name__ == "__main__":

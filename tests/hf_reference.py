@@ -68,3 +68,13 @@ def hf_greedy(model, encoder_input: Optional[torch.Tensor], decoder_prompt: List
         tokens.append(token)
         logprobs.append(float(log_probs[token]))
     return tokens[len(decoder_prompt):], logprobs
+
+
+def build_tiny_bart_with_tokenizer(tmp_path, tokenizer, **generation) -> Tuple[str, torch.nn.Module]:
+    """A tiny random BART saved with `tokenizer` and a generation_config.json: forced BOS 0 (so HF's first new
+    token is the engine's default decoder prompt [2, 0]) plus `generation` (num_beams, max_length, ...)."""
+    model_dir, hf_model = build_tiny_model("bart", tmp_path, vocab_size=len(tokenizer))
+    tokenizer.save_pretrained(model_dir)
+    hf_model.generation_config.update(forced_bos_token_id=0, **generation)
+    hf_model.generation_config.save_pretrained(model_dir)
+    return model_dir, hf_model

@@ -10,18 +10,10 @@ import pytest
 import torch
 import transformers
 
-from hf_reference import build_tiny_model
+from hf_reference import build_tiny_bart_with_tokenizer, build_tiny_model
 from seq2seq_engine.entrypoints.cli import main
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
 from seq2seq_engine.entrypoints.text_cli import _translation_prompts
-
-
-def _bart_with_tokenizer(tmp_path, tokenizer, **generation):
-    model_dir, hf_model = build_tiny_model("bart", tmp_path, vocab_size=len(tokenizer))
-    tokenizer.save_pretrained(model_dir)
-    hf_model.generation_config.update(forced_bos_token_id=0, **generation)
-    hf_model.generation_config.save_pretrained(model_dir)
-    return model_dir, hf_model
 
 
 def _records(path):
@@ -40,7 +32,7 @@ def _hf_generated(hf_model, model_dir, text):
 @pytest.mark.parametrize("command", ["generate", "summarize", "translate"])
 def test_commands_stream_hf_identical_records_in_input_order(command, tmp_path, spm_bart_tokenizer):
     beams = {"num_beams": 2, "early_stopping": True} if command == "summarize" else {}
-    model_dir, hf_model = _bart_with_tokenizer(tmp_path, spm_bart_tokenizer, max_length=10, **beams)
+    model_dir, hf_model = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, max_length=10, **beams)
     prompts = ["the quick brown fox", "hello world", "a lazy dog jumps over the fox", "fox", "world hello dog"]
     (tmp_path / "in.txt").write_text("\n".join(prompts) + "\n\n", encoding="utf-8")
     out_path = tmp_path / "out.jsonl"
@@ -56,7 +48,7 @@ def test_commands_stream_hf_identical_records_in_input_order(command, tmp_path, 
 
 
 def test_flags_override_the_generation_config(tmp_path, spm_bart_tokenizer):
-    model_dir, hf_model = _bart_with_tokenizer(tmp_path, spm_bart_tokenizer, max_length=10, num_beams=2)
+    model_dir, hf_model = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, max_length=10, num_beams=2)
     (tmp_path / "in.txt").write_text("the quick brown fox\nhello world\n", encoding="utf-8")
     out_path = tmp_path / "out.jsonl"
     code = main(["generate", "--model", model_dir, "--input", str(tmp_path / "in.txt"), "--output", str(out_path),

@@ -1,8 +1,10 @@
-"""README's main job: examples/transcribe.py transcribes a bundled clip with the real Whisper base model."""
+"""The examples: transcribe.py (README's main job, real Whisper base), summarize.py and translate.py (tiny BART vs HF)."""
 import importlib.util
 import os
 import subprocess
 import sys
+
+from hf_reference import build_tiny_bart_with_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,15 +21,6 @@ def test_transcribe_example_prints_the_spoken_words():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ours:      Hello world." in result.stdout
     assert "ours:      The quick brown fox jumps over the lazy dog." in result.stdout
-
-
-def _tiny_bart_with_tokenizer(tmp_path, tokenizer, **generation):
-    from hf_reference import build_tiny_model
-    model_dir, hf_model = build_tiny_model("bart", tmp_path, vocab_size=len(tokenizer))
-    tokenizer.save_pretrained(model_dir)
-    hf_model.generation_config.update(forced_bos_token_id=0, **generation)
-    hf_model.generation_config.save_pretrained(model_dir)
-    return model_dir, hf_model
 
 
 def _run_example(name, *args):
@@ -50,7 +43,7 @@ def _hf_texts(hf_model, model_dir, lines, **generate_kwargs):
 
 
 def test_summarize_example_follows_the_generation_config_like_hf(tmp_path, spm_bart_tokenizer):
-    model_dir, hf_model = _tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, num_beams=2, max_length=12,
+    model_dir, hf_model = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, num_beams=2, max_length=12,
                                                     length_penalty=2.0, no_repeat_ngram_size=3, early_stopping=True)
     documents = ["the quick brown fox jumps over the lazy dog", "hello world speech audio encoder"]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
@@ -60,7 +53,7 @@ def test_summarize_example_follows_the_generation_config_like_hf(tmp_path, spm_b
 
 
 def test_translate_example_runs_beam_search_like_hf(tmp_path, spm_bart_tokenizer):
-    model_dir, hf_model = _tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer)
+    model_dir, hf_model = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer)
     lines = ["hello world", "the lazy dog jumps"]
     (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stdout = _run_example("translate.py", "--model", model_dir, "--beam-width", "3", "--max-tokens", "6",
