@@ -142,7 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model-file", action="append", default=None,
                         help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
     args = parser.parse_args(argv)
-    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype], model_files=args.model_file))
+    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype],
+                                                        model_files=args.model_file))
 
 
 if __name__ == "__main__":

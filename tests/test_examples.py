@@ -1,4 +1,4 @@
-"""The examples: transcribe.py (README's main job, real Whisper base), summarize.py and translate.py (tiny BART vs HF)."""
+"""The examples: transcribe.py (README's main job, real Whisper base); summarize.py, translate.py (tiny BART vs HF)."""
 import importlib.util
 import os
 import subprocess

@@ -120,7 +120,8 @@ def _record(index: int, item: Any) -> dict:
     assert isinstance(item, RequestOutput)
     best = item.outputs[0]
     prompt = item.encoder_prompt if item.encoder_prompt is not None else item.prompt
-    record = {"index": index, "prompt": prompt, "text": best.text, "token_ids": best.token_ids, "finish_reason": best.finish_reason,
+    record = {"index": index, "prompt": prompt, "text": best.text, "token_ids": best.token_ids,
+              "finish_reason": best.finish_reason,
               "cumulative_logprob": best.cumulative_logprob}
     if len(item.outputs) > 1:
         record["alternatives"] = [{"text": o.text, "token_ids": o.token_ids,
