@@ -62,3 +62,14 @@ def test_translate_example_runs_beam_search_like_hf(tmp_path, spm_bart_tokenizer
     # The example's BeamSearchParams are explicit: HF gets the same (its forced BOS is our default decoder prompt).
     assert translations == _hf_texts(hf_model, model_dir, lines, num_beams=3, max_new_tokens=7,
                                      forced_eos_token_id=None, no_repeat_ngram_size=0)
+
+
+def test_readme_python_api_example_runs(tmp_path):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+        readme = handle.read()
+    code = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("/tmp/tiny-bart", str(tmp_path / "tiny-bart"))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[2, 0] [0, 31, 41, 23, 2]" in result.stdout and "length" in result.stdout
