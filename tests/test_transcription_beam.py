@@ -109,7 +109,8 @@ def test_beam_search_windows_match_hf_multilingual_detected_language(window_toke
     assert [r.text for r in results] != [r.text for r in greedy]
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "5"])
-def test_beam_width_must_be_a_positive_int(tiny_llm, bad):
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "5", 17])
+def test_beam_width_must_be_a_positive_int_within_max_beam_width(tiny_llm, bad):
+    assert tiny_llm.llm_engine.scheduler_config.max_beam_width == 16
     with pytest.raises(ValueError, match="beam_width"):
         tiny_llm.transcribe([(torch.zeros(16000).numpy(), 16000)], beam_width=bad, use_tqdm=False)

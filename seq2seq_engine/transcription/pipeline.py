@@ -160,8 +160,10 @@ class _Transcription:
                  max_in_flight: Optional[int], skip_silence: bool, beam_width: int) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        if not isinstance(beam_width, int) or isinstance(beam_width, bool) or beam_width < 1:
-            raise ValueError(f"beam_width must be an int >= 1, got {beam_width!r}")
+        max_beam_width = engine.scheduler_config.max_beam_width
+        if not isinstance(beam_width, int) or isinstance(beam_width, bool) or not 1 <= beam_width <= max_beam_width:
+            raise ValueError(f"beam_width must be an int from 1 to the engine's max_beam_width ({max_beam_width}), "
+                             f"got {beam_width!r}")
         if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
             raise ValueError(f"max_new_tokens must be a positive int or None, got {max_new_tokens!r}")
         self.engine = engine
