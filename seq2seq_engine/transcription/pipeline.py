@@ -14,7 +14,8 @@ How it runs (the engine is driven directly with add_request/step, so progress ca
   (`condition_on_previous_text=True`): an input's window k+1 is queued when window k finishes, with
   `<|startofprev|>` + the previous windows' last tokens before its prompt; different inputs still run together.
 * Each request applies Whisper's suppress / begin-suppress / timestamp rules as logits processors (processors.py)
-  and decodes greedily, so a window's tokens equal transformers' `generate` on that window.
+  and decodes greedily (or with beam search, `beam_width` > 1: BeamSearchParams with the same processors, which
+  then act on log-prob rows as in HF), so a window's tokens equal transformers' `generate(num_beams=...)` on it.
 * Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import math
 import os
 import uuid
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 
 from seq2seq_engine.audio import (HOP_LENGTH, SAMPLE_RATE, AudioError, is_silent, load_audio, log_mel_spectrogram,
                                   split_into_windows)
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.processors import whisper_processors
@@ -116,7 +118,7 @@ class _Task:
 
     owner: _Input
     make_prompt: Callable[[], dict]
-    params: SamplingParams
+    params: Union[SamplingParams, BeamSearchParams]
     on_done: Callable[[Any], None]
 
 
@@ -155,9 +157,13 @@ def _samples_hint(source: Any) -> int:
 class _Transcription:
     def __init__(self, engine: Any, sources: Sequence[Any], language: Optional[str], task: str, timestamps: bool,
                  condition_on_previous_text: bool, max_new_tokens: Optional[int], use_tqdm: bool,
-                 max_in_flight: Optional[int], skip_silence: bool) -> None:
+                 max_in_flight: Optional[int], skip_silence: bool, beam_width: int) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        max_beam_width = engine.scheduler_config.max_beam_width
+        if not isinstance(beam_width, int) or isinstance(beam_width, bool) or not 1 <= beam_width <= max_beam_width:
+            raise ValueError(f"beam_width must be an int from 1 to the engine's max_beam_width ({max_beam_width}), "
+                             f"got {beam_width!r}")
         if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
             raise ValueError(f"max_new_tokens must be a positive int or None, got {max_new_tokens!r}")
         self.engine = engine
@@ -171,6 +177,7 @@ class _Transcription:
         self.sequential = condition_on_previous_text
         self.max_new_tokens = max_new_tokens
         self.skip_silence = skip_silence
+        self.beam_width = beam_width
         self.window_samples = window_samples(engine)
         self.processors = whisper_processors(self.tokens, timestamps)
         self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
@@ -293,9 +300,11 @@ class _Transcription:
 
     def _window_task(self, item: _Input, window: _Window, previous: Optional[List[int]]) -> _Task:
         prompt = self.tokens.prompt(item.language, self.task, self.timestamps, previous_tokens=previous)
-        params = SamplingParams(temperature=0.0, max_tokens=self.tokens.max_new_tokens(len(prompt),
-                                                                                      self.max_new_tokens),
-                                logits_processors=self.processors)
+        max_tokens = self.tokens.max_new_tokens(len(prompt), self.max_new_tokens)
+        params: Union[SamplingParams, BeamSearchParams] = (
+            BeamSearchParams(beam_width=self.beam_width, max_tokens=max_tokens, logits_processors=self.processors)
+            if self.beam_width > 1 else
+            SamplingParams(temperature=0.0, max_tokens=max_tokens, logits_processors=self.processors))
 
         def on_done(output: Any) -> None:
             token_ids = list(output.outputs[0].token_ids)
@@ -358,7 +367,7 @@ class _Transcription:
 def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: str = "transcribe",
                timestamps: bool = False, condition_on_previous_text: bool = False,
                max_new_tokens: Optional[int] = None, use_tqdm: bool = True, max_in_flight: Optional[int] = None,
-               skip_silence: bool = True) -> List[TranscriptionResult]:
+               skip_silence: bool = True, beam_width: int = 1) -> List[TranscriptionResult]:
     """Transcribe (or translate to English) each input with a Whisper model; one result per input, in order.
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
@@ -378,8 +387,11 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
         loaded and features computed only as requests are admitted.
     skip_silence: windows whose level is below -60 dBFS are not decoded (no text), instead of letting
         Whisper hallucinate on silence.
+    beam_width: 1 decodes greedily; more runs HF-style beam search per window (length_penalty 1, no early
+        stopping, as `generate(num_beams=beam_width)`), the best hypothesis giving the text. Language
+        detection stays a greedy 1-token request.
     """
     engine = getattr(llm, "llm_engine", llm)
     sources = [audio] if _is_single_input(audio) else list(audio)
     return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
-                          use_tqdm, max_in_flight, skip_silence).run()
+                          use_tqdm, max_in_flight, skip_silence, beam_width).run()

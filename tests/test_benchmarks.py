@@ -1,0 +1,89 @@
+"""The benchmark scripts' --quick modes: each runs in a subprocess, prints its table, and this engine at float32
+produces the same tokens (greedy and beam search) or transcripts as HF transformers on the same inputs."""
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CT2 = importlib.util.find_spec("ctranslate2") is not None
+
+
+def run_script(name: str, *args: str) -> str:
+    """The script's stdout; it must exit 0 and report no failed engine."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", "--threads", "1",
+                             *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAILED" not in result.stdout, result.stdout
+    return result.stdout
+
+
+def parse_tables(stdout: str) -> List[List[Dict[str, str]]]:
+    """Every markdown table in the output, as rows of {column: cell}."""
+    tables, lines = [], stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| engine |") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+            rows = []
+            for row_line in lines[i + 2:]:
+                if not row_line.startswith("| "):
+                    break
+                rows.append(dict(zip(header, (cell.strip() for cell in row_line.strip("|").split("|")))))
+            tables.append(rows)
+    return tables
+
+
+def row(table: List[Dict[str, str]], engine: str, dtype: str) -> Dict[str, str]:
+    matches = [r for r in table if r["engine"] == engine and r["dtype"] == dtype]
+    assert len(matches) == 1, table
+    return matches[0]
+
+
+def check_table(table: List[Dict[str, str]], expected: List[tuple]) -> None:
+    """One row per engine run, positive timings and memory, ratios on our rows only."""
+    assert [(r["engine"], r["dtype"]) for r in table] == expected
+    for r in table:
+        assert float(r["wall s"]) > 0 and float(r["process peak RSS MiB"]) >= float(r["RSS after load MiB"]) > 100
+    ours_fp32 = row(table, "ours", "float32")
+    assert ours_fp32["same as ours-float32"] == "100%"
+    assert ours_fp32["vs hf-float32"].endswith("x") and row(table, "hf", "float32")["vs hf-float32"] == ""
+
+
+def expected_rows(ours_dtypes=("float32", "bfloat16"), peers=(("hf", "float32"),)) -> List[tuple]:
+    ct2 = [("ct2", "float32"), ("ct2", "int8")] if CT2 else []
+    return [("ours", d) for d in ours_dtypes] + list(peers) + ct2
+
+
+@pytest.mark.parametrize("workload", ["bart", "smollm2"])
+def test_throughput_quick_greedy(workload):
+    stdout = run_script("throughput.py", "--workload", workload)
+    (table,) = parse_tables(stdout)
+    check_table(table, expected_rows())
+    hf = row(table, "hf", "float32")
+    assert (hf["same as ours-float32"], hf["common prefix"]) == ("100%", "100.0%")
+    assert "every engine produced exactly the target length for every request" in stdout
+    # Every engine generated the same number of tokens (the forced lengths).
+    assert len({r["gen tokens"] for r in table}) == 1
+    if not CT2:
+        assert "ctranslate2 is not installed, skipped" in stdout
+
+
+def test_throughput_quick_beam_search_bart():
+    stdout = run_script("throughput.py", "--workload", "bart", "--beam", "4", "--engines", "ours,hf",
+                        "--ours-dtypes", "float32")
+    (table,) = parse_tables(stdout)
+    assert "### bart (beam 4)" in stdout
+    check_table(table, [("ours", "float32"), ("hf", "float32")])
+    assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
+    assert "every engine produced exactly the target length for every request" in stdout
+
+
+def test_transcribe_quick_greedy():
+    stdout = run_script("transcribe.py")
+    (table,) = parse_tables(stdout)
+    check_table(table, expected_rows())
+    assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
+    assert {r["clips"] for r in table} == {"4"}
