@@ -26,7 +26,7 @@ from seq2seq_engine.sampling.sampler import Sampler
 from seq2seq_engine.worker.model_runner import ModelRunner
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from throughput import build_model  # noqa: E402
+from throughput import random_model  # noqa: E402
 
 SCOPES = {"attention": (TorchAttentionBackend, "forward"), "sampler": (Sampler, "forward"),
           "prepare_inputs": (ModelRunner, "prepare_inputs")}
@@ -121,9 +121,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir, hf_model = build_model(args.workload, 0, tmp)
-        vocab = hf_model.config.vocab_size
-        del hf_model
+        model_dir = random_model(args.workload, 0, 0.02, True, tmp)
+        vocab = 50265 if args.workload == "bart" else 49152
         llm = LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=2.0, max_num_seqs=max(256, args.batch))
         engine = llm.llm_engine
         generator = torch.Generator().manual_seed(0)
