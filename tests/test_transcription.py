@@ -446,3 +446,16 @@ def test_cli_output_to_stdout_and_usage_errors(tmp_path):
     assert args.command == "transcribe" and args.model == "whisper-tiny.en"
     err = io.StringIO()
     assert transcribe_cli.run(args, io.StringIO(), err) == 2 and "--output-dir" in err.getvalue()
+
+
+def test_cli_beam_width_gives_hf_beam_search_text(tmp_path, speech, tiny_dir, tiny_hf, capsys):
+    from seq2seq_engine.entrypoints import transcribe_cli
+    fox_path, fox = speech["fox"]
+    code = transcribe_cli.main([fox_path, "--model", tiny_dir, "--beam-width", "3", "--max-new-tokens", "40",
+                                "--quiet", "--kv-cache-space-gb", "0.2"])
+    assert code == 0
+    with torch.no_grad():
+        sequences = tiny_hf.generate(_features(fox), num_beams=3, max_new_tokens=40)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
+    expected = tokenizer.decode(sequences[0], skip_special_tokens=True).strip()
+    assert capsys.readouterr().out.strip() == expected

@@ -40,6 +40,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--condition-on-previous-text", action="store_true",
                         help="decode each file's 30 s windows in order, prompting with the previous text")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window (default 224)")
+    parser.add_argument("--beam-width", type=int, default=1, help="beam search with this many beams (1: greedy)")
     parser.add_argument("--output-format", default="txt", choices=list(OUTPUT_FORMATS))
     parser.add_argument("--output-dir", default=None, help="write one file per input here (created)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         results = transcribe(llm, list(args.audio), language=args.language, task=args.task,
                              timestamps=args.timestamps, condition_on_previous_text=args.condition_on_previous_text,
                              max_new_tokens=args.max_new_tokens, use_tqdm=not args.quiet,
-                             skip_silence=args.skip_silence)
+                             skip_silence=args.skip_silence, beam_width=args.beam_width)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
         err.write(f"seq2seq-engine transcribe: error: {error}\n")
         return EXIT_USAGE
