@@ -101,3 +101,11 @@ def test_decoder_only_without_params_and_with_a_dict_of_overrides(tmp_path):
                 hf = hf_model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
                                        max_new_tokens=max_new)
             assert output.outputs[0].token_ids == hf[0, len(prompt):].tolist()
+
+
+def test_an_override_longer_than_the_model_is_refused_at_request_time(tmp_path):
+    model_dir, _ = build_tiny_model("llama", tmp_path, vocab_size=32)
+    llm = LLM(model_dir, skip_tokenizer_init=True, block_size=4, kv_cache_space_gb=0.02)
+    with pytest.raises(ValueError, match=r"\+ max_tokens \(500\) = 503 is longer than max_target_positions \(128\)"):
+        llm.generate(TokensPrompt(prompt_token_ids=[5, 6, 7]), {"max_tokens": 500}, use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests()

@@ -119,6 +119,8 @@ class LLMEngine:
             inputs = self.input_preprocessor.preprocess(prompt)
             params = self.generation_defaults.request_params(
                 len(inputs.decoder.prompt_token_ids), self.model_config.max_model_len, **(params or {}))
+            # The file's lengths are capped to the model; an overridden max_tokens may not be.
+            self.input_preprocessor.check_decoder_length(inputs.decoder, params.max_tokens)
         beam_params = None
         if isinstance(params, BeamSearchParams):
             self._check_beam_width(params)

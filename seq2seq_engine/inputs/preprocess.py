@@ -53,7 +53,7 @@ class InputPreprocessor:
             raise ValueError("decoder_prompt.multi_modal_data is not supported; put the audio in encoder_prompt")
         encoder_inputs = self._encoder_inputs(encoder, is_singleton_audio=decoder is encoder)
         decoder_inputs = self._decoder_inputs(decoder, audio_request=encoder.has_audio)
-        self._check_decoder_length(decoder_inputs, max_tokens, "decoder prompt")
+        self.check_decoder_length(decoder_inputs, max_tokens, "decoder prompt")
         return EncoderDecoderInputs(decoder=decoder_inputs, encoder=encoder_inputs)
 
     def preprocess_batch(self, prompts: Any, sampling_params: Any = None) -> List[EncoderDecoderInputs]:
@@ -88,7 +88,7 @@ class InputPreprocessor:
             raise ValueError("prompt is empty (no tokens); a decoder-only model needs at least one prompt token")
         self._check_vocab(token_ids, "prompt")
         decoder = SingletonInputs(prompt_token_ids=token_ids, prompt=parsed.text)
-        self._check_decoder_length(decoder, max_tokens, "prompt")
+        self.check_decoder_length(decoder, max_tokens, "prompt")
         return EncoderDecoderInputs(decoder=decoder, encoder=None)
 
     def _encoder_inputs(self, encoder: ParsedSingletonPrompt, is_singleton_audio: bool) -> SingletonInputs:
@@ -152,7 +152,9 @@ class InputPreprocessor:
                 raise ValueError(f"{field} token id {token_id} at position {index} is outside [0, vocab_size) "
                                  f"= [0, {vocab_size})")
 
-    def _check_decoder_length(self, decoder: SingletonInputs, max_tokens: Optional[int], field: str) -> None:
+    def check_decoder_length(self, decoder: SingletonInputs, max_tokens: Optional[int],
+                             field: str = "decoder prompt") -> None:
+        """ValueError when the decoder prompt, or it plus max_tokens new tokens, exceeds the model's positions."""
         limit, length = self.model_config.max_target_positions, len(decoder.prompt_token_ids)
         if length > limit:
             raise ValueError(f"{field} has {length} tokens, longer than max_target_positions ({limit})")
