@@ -27,7 +27,6 @@ import logging
 import math
 import os
 import uuid
-import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -50,22 +49,14 @@ _REQUEST_PREFIX = "transcribe"
 
 
 # ---------------------------------------------------------------------------------------------- model facts
-_TOKENS_BY_ENGINE: "weakref.WeakKeyDictionary[Any, WhisperTokens]" = weakref.WeakKeyDictionary()
-
-
 def whisper_tokens_for(engine: Any) -> WhisperTokens:
-    """The WhisperTokens of the engine's model (read once per engine)."""
-    cached = _TOKENS_BY_ENGINE.get(engine)
-    if cached is not None:
-        return cached
+    """The WhisperTokens of the engine's model (read once per transcribe call; no module-level cache)."""
     model_config = engine.model_config
     hf_config = model_config.hf_config
     if getattr(hf_config, "num_mel_bins", None) is None:
         raise ValueError(f"model {model_config.model!r} takes no audio (its config has no num_mel_bins): "
                          f"transcription needs a Whisper model")
-    tokens = WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
-    _TOKENS_BY_ENGINE[engine] = tokens
-    return tokens
+    return WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
 
 
 def window_samples(engine: Any) -> int:
