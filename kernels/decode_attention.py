@@ -6,6 +6,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .native_attention import native_paged_attention
+
 # Gathered-K bytes per chunk of sequences. On CPU a chunk stays cache-resident (the gather buffer is
 # reused across chunks); on accelerators one chunk normally covers the whole batch.
 CPU_CHUNK_BYTES = 16 * 1024 * 1024
@@ -31,7 +33,8 @@ def paged_attention(
     Softmax is computed in float32 (or wider). Cache slots past a sequence's context are never read into the
     output, so uninitialised (even NaN) cache memory there is harmless. ``max_context_len`` (an upper bound on
     ``context_lens``) is only used for tensors on accelerators, to size the work without a device sync; on CPU
-    the exact lengths are read directly.
+    the exact lengths are read directly. On the CPU the fused native kernel (kernels/csrc/) runs when it is built
+    and the caches are contiguous float32/bfloat16; otherwise, and on accelerators, the torch path below.
     """
     _check_args(query, key_cache, value_cache, block_tables, context_lens)
     num_seqs, num_heads, head_size = query.shape
@@ -48,6 +51,9 @@ def paged_attention(
     if max_len > block_tables.shape[1] * block_size:
         capacity = block_tables.shape[1] * block_size
         raise ValueError(f"context length {max_len} exceeds the block table capacity of {capacity} tokens")
+    native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale)
+    if native is not None:
+        return native
     q = (query.to(device=device, dtype=compute_dtype) * scale).view(num_seqs, num_kv_heads, group, head_size)
     tables = block_tables.to(device=device, dtype=torch.int64)
     rows = _token_rows(tables, lens, max_len, block_size, num_kv_heads)

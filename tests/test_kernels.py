@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq_engine.kernels import copy_blocks, paged_attention, reshape_and_cache, swap_blocks
-from seq2seq_engine.kernels import decode_attention
+from seq2seq_engine.kernels import decode_attention, native
 from seq2seq_engine.kernels.reference import (
     ref_copy_blocks,
     ref_paged_attention,
@@ -15,6 +15,17 @@ from seq2seq_engine.kernels.reference import (
 )
 
 HEAD_CONFIGS = [(4, 4), (9, 3), (8, 1)]  # (num_heads, num_kv_heads): MHA, GQA, MQA
+
+
+@pytest.fixture(params=["native", "torch"])
+def kernel_path(request, monkeypatch):
+    """Run a paged-attention test through the native CPU kernel and through the torch path."""
+    monkeypatch.setenv(native.NATIVE_ENV, "1" if request.param == "native" else "0")
+    native.load_library.cache_clear()
+    if request.param == "native":
+        assert native.load_library("paged_attention_cpu") is not None, "the native kernel must build here"
+    yield request.param
+    native.load_library.cache_clear()
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -72,7 +83,7 @@ def _dense_sdpa(query, keys, values, lens, scale):
 @pytest.mark.parametrize("num_heads,num_kv_heads", HEAD_CONFIGS)
 @pytest.mark.parametrize("head_size", [40, 64, 80, 128])
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
-def test_paged_attention_float32(block_size, head_size, num_heads, num_kv_heads):
+def test_paged_attention_float32(block_size, head_size, num_heads, num_kv_heads, kernel_path):
     gen = _gen(block_size * 1000 + head_size * 10 + num_heads)
     lens = _lens_for(block_size)
     kc, vc, tables, keys, values = _build_paged(gen, lens, block_size, num_kv_heads, head_size, torch.float32)
@@ -92,7 +103,7 @@ def test_paged_attention_float32(block_size, head_size, num_heads, num_kv_heads)
 
 @pytest.mark.parametrize("num_heads,num_kv_heads", HEAD_CONFIGS)
 @pytest.mark.parametrize("block_size,head_size", [(1, 64), (16, 80), (32, 128), (8, 40)])
-def test_paged_attention_bfloat16(block_size, head_size, num_heads, num_kv_heads):
+def test_paged_attention_bfloat16(block_size, head_size, num_heads, num_kv_heads, kernel_path):
     gen = _gen(7 + block_size + head_size + num_heads)
     lens = _lens_for(block_size)
     kc, vc, tables, keys, values = _build_paged(gen, lens, block_size, num_kv_heads, head_size, torch.bfloat16)
@@ -124,7 +135,7 @@ def test_paged_attention_chunked_matches_single_pass(monkeypatch, chunk_bytes):
     torch.testing.assert_close(chunked, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_paged_attention_edge_batches():
+def test_paged_attention_edge_batches(kernel_path):
     gen = _gen(3)
     kc, vc, tables, _, _ = _build_paged(gen, [4], 4, 2, 64, torch.float32)
     empty = paged_attention(torch.randn(0, 2, 64), kc, vc, tables[:0], torch.zeros(0, dtype=torch.int32), 1.0)
@@ -134,6 +145,32 @@ def test_paged_attention_edge_batches():
     assert torch.equal(all_zero, torch.zeros_like(query))
     with pytest.raises(ValueError):
         paged_attention(query, kc, vc, tables.repeat(2, 1), torch.tensor([4, 99]), 1.0)
+    outside = tables.repeat(2, 1)
+    outside[1, 0] = kc.shape[0]  # a block number past the end of the cache
+    with pytest.raises((ValueError, IndexError, RuntimeError)):
+        paged_attention(query, kc, vc, outside, torch.tensor([4, 4]), 1.0)
+
+
+def test_native_kernel_matches_torch_path_on_noncontiguous_and_odd_shapes(monkeypatch):
+    """Random shapes through both paths; a non-contiguous cache view falls back to torch and still agrees."""
+    gen = _gen(5)
+    lens = [3, 77, 1, 16, 250]
+    kc, vc, tables, _, _ = _build_paged(gen, lens, 16, 3, 72, torch.float32)
+    query = _randn(gen, len(lens), 6, 72)
+    context_lens = torch.tensor(lens)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    native.load_library.cache_clear()
+    fused = paged_attention(query, kc, vc, tables, context_lens, 0.3)
+    wide_k = torch.cat([kc, kc], dim=-1)[..., :72]  # same values, non-contiguous
+    wide_v = torch.cat([vc, vc], dim=-1)[..., :72]
+    fallback = paged_attention(query, wide_k, wide_v, tables, context_lens, 0.3)
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    native.load_library.cache_clear()
+    assert native.load_library("paged_attention_cpu") is None
+    plain = paged_attention(query, kc, vc, tables, context_lens, 0.3)
+    native.load_library.cache_clear()
+    torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fallback, plain, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("block_size", [1, 2, 16, 32])

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from seq2seq_engine.config import (CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig,
                                    model_config_from_hf)
+from seq2seq_engine.cpu_memory import DEFAULT_MAX_BATCHED_TOKENS, cpu_max_batched_tokens
 
 
 @dataclasses.dataclass
@@ -38,12 +39,17 @@ class EngineArgs:
         model_config = model_config_from_hf(self.model, hf_config, self.dtype, self.seed, self.skip_tokenizer_init,
                                             self.max_model_len, self.max_logprobs)
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
-        # By default one step can hold the longest possible prefill (encoder + decoder prompt).
-        max_batched = self.max_num_batched_tokens or max(8192, max_model_len + max_encoder_len)
+        device_config = DeviceConfig(self.device)
+        # By default one step can hold the longest possible prefill (encoder + decoder prompt); on the CPU the
+        # budget also keeps a step's activations small enough for malloc to reuse (seq2seq_engine/cpu_memory.py).
+        longest_prefill = max_model_len + max_encoder_len
+        max_batched = self.max_num_batched_tokens or (
+            cpu_max_batched_tokens(hf_config, longest_prefill) if device_config.resolved == "cpu"
+            else max(DEFAULT_MAX_BATCHED_TOKENS, longest_prefill))
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
             enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
                                    swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override)
-        return EngineConfig(model_config, cache_config, scheduler_config, DeviceConfig(self.device))
+        return EngineConfig(model_config, cache_config, scheduler_config, device_config)

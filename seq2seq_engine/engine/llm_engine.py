@@ -20,6 +20,7 @@ from seq2seq_engine.engine.output_processor import OutputProcessor
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
+from seq2seq_engine.cpu_memory import tune_malloc
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
 from seq2seq_engine.model_resolver import resolve_model_path
@@ -49,6 +50,8 @@ class LLMEngine:
         configure_package_logger()
         self.model_config = config.model_config
         self.device = torch.device(config.device_config.resolved)
+        if self.device.type == "cpu":
+            tune_malloc()
         torch.manual_seed(self.model_config.seed)
         self.tokenizer = tokenizer
         self.input_preprocessor = InputPreprocessor(self.model_config, tokenizer)

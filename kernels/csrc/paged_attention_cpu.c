@@ -1,0 +1,164 @@
+/* Paged decode attention on the CPU: one fused pass over each sequence's cached K/V rows (no gathered copy).
+ *
+ * Built on first use by kernels/native.py (cc -O3 -march=native -ffast-math -fopenmp-simd) and called through
+ * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32, already
+ * multiplied by the softmax scale; caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
+ * contiguous; block_tables int64 [num_seqs, max_blocks]; context_lens int64 [num_seqs]; out float32 like query.
+ * Sequences are shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OK = 0, BAD_BLOCK = 1, NO_MEMORY = 2 };
+
+typedef struct {
+    const float *query;
+    const void *key_cache;
+    const void *value_cache;
+    const int64_t *block_tables;
+    const int64_t *context_lens;
+    float *out;
+    int64_t num_seqs, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
+    int cache_is_bf16;
+    int64_t next_seq; /* work counter, taken with __atomic_fetch_add */
+    int status;       /* first error seen by any thread */
+} Job;
+
+typedef struct {
+    float *scores; /* [num_heads, context] */
+    float *row;    /* one token's [num_kv_heads * head_size], widened from bfloat16 */
+    int64_t scores_capacity;
+} Scratch;
+
+static const float *token_row(const Job *job, const void *cache, int64_t slot, float *widened) {
+    const int64_t width = job->num_kv_heads * job->head_size;
+    if (!job->cache_is_bf16) return (const float *)cache + slot * width;
+    const uint16_t *src = (const uint16_t *)cache + slot * width;
+    uint32_t *dst = (uint32_t *)widened;
+#pragma omp simd
+    for (int64_t i = 0; i < width; i++) dst[i] = (uint32_t)src[i] << 16;
+    return widened;
+}
+
+/* Cache slot of a sequence's position; BAD_BLOCK when its block-table entry is out of range. */
+static int slot_of(const Job *job, const int64_t *table, int64_t position, int64_t *slot) {
+    const int64_t block = table[position / job->block_size];
+    if (block < 0 || block >= job->num_blocks) return BAD_BLOCK;
+    *slot = block * job->block_size + position % job->block_size;
+    return OK;
+}
+
+static int scores_pass(const Job *job, int64_t seq, int64_t context, Scratch *scratch) {
+    const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
+    const float *q = job->query + seq * job->num_heads * d;
+    const int64_t *table = job->block_tables + seq * job->max_blocks;
+    for (int64_t t = 0; t < context; t++) {
+        int64_t slot;
+        if (slot_of(job, table, t, &slot) != OK) return BAD_BLOCK;
+        const float *keys = token_row(job, job->key_cache, slot, scratch->row);
+        for (int64_t h = 0; h < job->num_heads; h++) {
+            const float *k = keys + (h / group) * d, *qh = q + h * d;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t i = 0; i < d; i++) dot += qh[i] * k[i];
+            scratch->scores[h * context + t] = dot;
+        }
+    }
+    return OK;
+}
+
+static void softmax_rows(float *scores, int64_t rows, int64_t context, float *sums) {
+    for (int64_t h = 0; h < rows; h++) {
+        float *s = scores + h * context;
+        float top = s[0];
+        for (int64_t t = 1; t < context; t++) top = s[t] > top ? s[t] : top;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t t = 0; t < context; t++) {
+            s[t] = expf(s[t] - top);
+            sum += s[t];
+        }
+        sums[h] = sum;
+    }
+}
+
+static void values_pass(const Job *job, int64_t seq, int64_t context, Scratch *scratch, const float *sums) {
+    const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
+    const int64_t *table = job->block_tables + seq * job->max_blocks;
+    float *out = job->out + seq * job->num_heads * d;
+    memset(out, 0, sizeof(float) * job->num_heads * d);
+    for (int64_t t = 0; t < context; t++) {
+        int64_t slot = 0;
+        slot_of(job, table, t, &slot); /* checked in scores_pass */
+        const float *values = token_row(job, job->value_cache, slot, scratch->row);
+        for (int64_t h = 0; h < job->num_heads; h++) {
+            const float p = scratch->scores[h * context + t], *v = values + (h / group) * d;
+            float *o = out + h * d;
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++) o[i] += p * v[i];
+        }
+    }
+    for (int64_t h = 0; h < job->num_heads; h++) {
+        const float inverse = 1.0f / sums[h];
+        float *o = out + h * d;
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) o[i] *= inverse;
+    }
+}
+
+static int attend_sequence(Job *job, int64_t seq, Scratch *scratch, float *sums) {
+    const int64_t context = job->context_lens[seq];
+    if (context <= 0) {
+        memset(job->out + seq * job->num_heads * job->head_size, 0, sizeof(float) * job->num_heads * job->head_size);
+        return OK;
+    }
+    if (job->num_heads * context > scratch->scores_capacity) {
+        free(scratch->scores);
+        scratch->scores_capacity = job->num_heads * context;
+        scratch->scores = malloc(sizeof(float) * scratch->scores_capacity);
+        if (!scratch->scores) { scratch->scores_capacity = 0; return NO_MEMORY; }
+    }
+    if (scores_pass(job, seq, context, scratch) != OK) return BAD_BLOCK;
+    softmax_rows(scratch->scores, job->num_heads, context, sums);
+    values_pass(job, seq, context, scratch, sums);
+    return OK;
+}
+
+static void *worker(void *arg) {
+    Job *job = arg;
+    Scratch scratch = {NULL, malloc(sizeof(float) * job->num_kv_heads * job->head_size), 0};
+    float *sums = malloc(sizeof(float) * job->num_heads);
+    if (!scratch.row || !sums) __atomic_store_n(&job->status, NO_MEMORY, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&job->status, __ATOMIC_RELAXED) == OK) {
+        const int64_t seq = __atomic_fetch_add(&job->next_seq, 1, __ATOMIC_RELAXED);
+        if (seq >= job->num_seqs) break;
+        const int status = attend_sequence(job, seq, &scratch, sums);
+        if (status != OK) __atomic_store_n(&job->status, status, __ATOMIC_RELAXED);
+    }
+    free(scratch.scores);
+    free(scratch.row);
+    free(sums);
+    return NULL;
+}
+
+/* Returns 0, or 1 for a block-table entry outside [0, num_blocks), or 2 when memory ran out. */
+int paged_attention_f32(const float *query, const void *key_cache, const void *value_cache, int cache_is_bf16,
+                        const int64_t *block_tables, const int64_t *context_lens, float *out, int64_t num_seqs,
+                        int64_t num_heads, int64_t num_kv_heads, int64_t head_size, int64_t block_size,
+                        int64_t max_blocks, int64_t num_blocks, int num_threads) {
+    Job job = {query, key_cache, value_cache, block_tables, context_lens, out, num_seqs, num_heads, num_kv_heads,
+               head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
+    if (num_threads > num_seqs) num_threads = (int)num_seqs;
+    if (num_threads < 1) num_threads = 1;
+    pthread_t threads[64];
+    int started = 0;
+    for (int i = 1; i < num_threads && i < 64; i++) {
+        if (pthread_create(&threads[started], NULL, worker, &job) == 0) started++;
+    }
+    worker(&job);
+    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    return job.status;
+}

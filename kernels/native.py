@@ -1,0 +1,85 @@
+"""Native CPU kernels: C sources in kernels/csrc/ compiled once per machine with the system C compiler, loaded by ctypes.
+
+No torch headers and no build step at install time: the first call compiles the source (about a second) into
+``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source, the compiler command and this CPU's
+instruction-set flags, so a changed source or another machine builds afresh. Where no compiler works, or
+``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``, ``load_library`` returns None (with one warning) and callers use their torch path.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Optional
+
+from seq2seq_engine.conversion_cache import cache_root
+
+logger = logging.getLogger(__name__)
+
+NATIVE_ENV = "SEQ2SEQ_ENGINE_NATIVE_KERNELS"
+SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC", "-shared"]
+LINK_FLAGS = ["-lm", "-lpthread"]
+
+
+def native_kernels_enabled() -> bool:
+    """False when the user set SEQ2SEQ_ENGINE_NATIVE_KERNELS=0 (then every kernel runs its torch path)."""
+    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=None)
+def load_library(name: str) -> Optional[ctypes.CDLL]:
+    """The compiled ``csrc/<name>.c`` (built on first use), or None where native kernels are off or cannot build."""
+    if not native_kernels_enabled():
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        logger.warning("no C compiler found: native CPU kernels are off (the torch kernels run instead)")
+        return None
+    try:
+        return ctypes.CDLL(_build(name, compiler))
+    except (OSError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or error
+        logger.warning("building native kernel %s failed, using the torch kernels: %s", name, detail)
+        return None
+
+
+def _build(name: str, compiler: str) -> str:
+    """Path of the shared library for ``name``, compiling it (atomically) unless a matching build exists."""
+    source = os.path.join(SOURCE_DIR, f"{name}.c")
+    with open(source, "rb") as handle:
+        text = handle.read()
+    command = [compiler, *COMPILE_FLAGS]
+    fingerprint = hashlib.sha256(text + repr(command).encode() + _cpu_flags().encode()).hexdigest()[:16]
+    out_dir = os.path.join(cache_root(), "kernels")
+    target = os.path.join(out_dir, f"{name}-{fingerprint}.so")
+    if os.path.isfile(target):
+        return target
+    os.makedirs(out_dir, exist_ok=True)
+    handle, partial = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=out_dir)
+    os.close(handle)
+    try:
+        subprocess.run([*command, "-o", partial, source, *LINK_FLAGS], check=True, capture_output=True, text=True)
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    logger.info("built native kernel %s -> %s", name, target)
+    return target
+
+
+def _cpu_flags() -> str:
+    """This CPU's instruction-set flags (``-march=native`` output depends on them)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return line
+    except OSError:
+        pass
+    return ""

@@ -1,0 +1,56 @@
+"""ctypes front end of the fused CPU paged decode attention in csrc/paged_attention_cpu.c."""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from .native import load_library
+
+_CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_STATUS_ERRORS = {1: "a block table entry is outside the KV cache", 2: "out of memory in the native kernel"}
+
+
+def native_paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> Optional[torch.Tensor]:
+    """``paged_attention`` computed by the native kernel, or None where it does not apply (non-CPU tensors, a
+    cache dtype other than float32/bfloat16, non-contiguous caches, or no compiled library) -- then the caller
+    runs the torch path. Arguments were shape-checked by the caller."""
+    if not _applies(query, key_cache, value_cache):
+        return None
+    library = load_library("paged_attention_cpu")
+    if library is None:
+        return None
+    num_seqs, num_heads, head_size = query.shape
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    q = (query.to(torch.float32) * scale).contiguous()
+    tables = block_tables.to(torch.int64).contiguous()
+    lens = context_lens.to(torch.int64).contiguous()
+    out = torch.empty(num_seqs, num_heads, head_size, dtype=torch.float32)
+    status = library.paged_attention_f32(
+        _ptr(q), _ptr(key_cache), _ptr(value_cache), ctypes.c_int(_CACHE_DTYPES[key_cache.dtype]), _ptr(tables),
+        _ptr(lens), _ptr(out), *(ctypes.c_int64(n) for n in (num_seqs, num_heads, num_kv_heads, head_size,
+                                                               block_size, tables.shape[1], num_blocks)),
+        ctypes.c_int(torch.get_num_threads()))
+    if status != 0:
+        raise ValueError(f"paged_attention: {_STATUS_ERRORS.get(status, f'native kernel status {status}')} "
+                         f"({num_blocks} blocks)")
+    return out.to(query.dtype)
+
+
+def _applies(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
+    tensors = (query, key_cache, value_cache)
+    return (all(t.device.type == "cpu" for t in tensors) and key_cache.dtype in _CACHE_DTYPES
+            and value_cache.dtype == key_cache.dtype and key_cache.is_contiguous() and value_cache.is_contiguous()
+            and query.dtype in (torch.float32, torch.bfloat16, torch.float16) and query.shape[0] > 0)
+
+
+def _ptr(tensor: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(tensor.data_ptr())
