@@ -246,3 +246,29 @@ def test_swap_blocks(src_device, dst_device):
         ref_swap_blocks(src, ref_dst, mapping)
         assert torch.equal(dst, ref_dst) and torch.equal(dst[5].cpu(), src[2].cpu())
         assert torch.equal(dst[1], ref_dst[1])
+
+
+def test_native_kernel_reads_shared_cross_tables_once_per_run(monkeypatch):
+    """Beams of a request share one block-table row: grouped into a run, the outputs still match the reference."""
+    from seq2seq_engine.kernels.native_attention import shared_context_runs
+    gen = _gen(21)
+    kc, vc, tables, _, _ = _build_paged(gen, [40, 9, 130], 16, 2, 64, torch.float32)
+    beams = [0, 0, 0, 1, 2, 2, 0]  # three beams of request 0, one of 1, two of 2, then request 0 again
+    beam_tables, beam_lens = tables[beams], torch.tensor([40, 9, 130])[beams]
+    assert shared_context_runs(beam_tables.long(), beam_lens).tolist() == [0, 3, 4, 6, 7]
+    query = _randn(gen, len(beams), 8, 64)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    native.load_library.cache_clear()
+    out = paged_attention(query, kc, vc, beam_tables, beam_lens, 0.125)
+    native.load_library.cache_clear()
+    expected = ref_paged_attention(query, kc, vc, beam_tables, beam_lens, 0.125)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_context_runs_edges():
+    from seq2seq_engine.kernels.native_attention import shared_context_runs
+    one = torch.tensor([[3, 4]])
+    assert shared_context_runs(one, torch.tensor([5])).tolist() == [0, 1]
+    same_rows = one.repeat(3, 1)
+    assert shared_context_runs(same_rows, torch.tensor([5, 5, 6])).tolist() == [0, 2, 3]  # lengths differ
+    assert shared_context_runs(torch.tensor([[1, 2], [1, 3], [1, 3]]), torch.tensor([5, 5, 5])).tolist() == [0, 1, 3]

@@ -4,7 +4,9 @@
  * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32, already
  * multiplied by the softmax scale; caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
  * contiguous; block_tables int64 [num_seqs, max_blocks]; context_lens int64 [num_seqs]; out float32 like query.
- * Sequences are shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
+ * group_starts int64 [num_groups + 1] splits the sequences into runs that share one block-table row and length (the
+ * beams of a request over its cross-attention table): a run's K/V rows are read once for all its queries. Runs are
+ * shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
  */
 #include <math.h>
 #include <pthread.h>
@@ -20,18 +22,26 @@ typedef struct {
     const void *value_cache;
     const int64_t *block_tables;
     const int64_t *context_lens;
+    const int64_t *group_starts;
     float *out;
-    int64_t num_seqs, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
+    int64_t num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
     int cache_is_bf16;
-    int64_t next_seq; /* work counter, taken with __atomic_fetch_add */
+    int64_t next_group; /* work counter, taken with __atomic_fetch_add */
     int status;       /* first error seen by any thread */
 } Job;
 
 typedef struct {
-    float *scores; /* [num_heads, context] */
+    float *scores; /* [rows, context]: one row per query head of every sequence in the run */
     float *row;    /* one token's [num_kv_heads * head_size], widened from bfloat16 */
-    int64_t scores_capacity;
+    float *sums;   /* [rows] softmax denominators */
+    int64_t capacity_rows, capacity_context;
 } Scratch;
+
+/* A run of sequences attending to the same cached tokens: `rows` query heads (sequence-major) from `first`. */
+typedef struct {
+    int64_t first, rows, context;
+    const int64_t *table;
+} Run;
 
 static const float *token_row(const Job *job, const void *cache, int64_t slot, float *widened) {
     const int64_t width = job->num_kv_heads * job->head_size;
@@ -51,28 +61,27 @@ static int slot_of(const Job *job, const int64_t *table, int64_t position, int64
     return OK;
 }
 
-static int scores_pass(const Job *job, int64_t seq, int64_t context, Scratch *scratch) {
+static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
     const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
-    const float *q = job->query + seq * job->num_heads * d;
-    const int64_t *table = job->block_tables + seq * job->max_blocks;
-    for (int64_t t = 0; t < context; t++) {
+    const float *q = job->query + run->first * job->num_heads * d;
+    for (int64_t t = 0; t < run->context; t++) {
         int64_t slot;
-        if (slot_of(job, table, t, &slot) != OK) return BAD_BLOCK;
+        if (slot_of(job, run->table, t, &slot) != OK) return BAD_BLOCK;
         const float *keys = token_row(job, job->key_cache, slot, scratch->row);
-        for (int64_t h = 0; h < job->num_heads; h++) {
-            const float *k = keys + (h / group) * d, *qh = q + h * d;
+        for (int64_t r = 0; r < run->rows; r++) {
+            const float *k = keys + ((r % job->num_heads) / group) * d, *qr = q + r * d;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int64_t i = 0; i < d; i++) dot += qh[i] * k[i];
-            scratch->scores[h * context + t] = dot;
+            for (int64_t i = 0; i < d; i++) dot += qr[i] * k[i];
+            scratch->scores[r * run->context + t] = dot;
         }
     }
     return OK;
 }
 
 static void softmax_rows(float *scores, int64_t rows, int64_t context, float *sums) {
-    for (int64_t h = 0; h < rows; h++) {
-        float *s = scores + h * context;
+    for (int64_t r = 0; r < rows; r++) {
+        float *s = scores + r * context;
         float top = s[0];
         for (int64_t t = 1; t < context; t++) top = s[t] > top ? s[t] : top;
         float sum = 0.0f;
@@ -81,77 +90,86 @@ static void softmax_rows(float *scores, int64_t rows, int64_t context, float *su
             s[t] = expf(s[t] - top);
             sum += s[t];
         }
-        sums[h] = sum;
+        sums[r] = sum;
     }
 }
 
-static void values_pass(const Job *job, int64_t seq, int64_t context, Scratch *scratch, const float *sums) {
+static void values_pass(const Job *job, const Run *run, Scratch *scratch) {
     const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
-    const int64_t *table = job->block_tables + seq * job->max_blocks;
-    float *out = job->out + seq * job->num_heads * d;
-    memset(out, 0, sizeof(float) * job->num_heads * d);
-    for (int64_t t = 0; t < context; t++) {
+    float *out = job->out + run->first * job->num_heads * d;
+    memset(out, 0, sizeof(float) * run->rows * d);
+    for (int64_t t = 0; t < run->context; t++) {
         int64_t slot = 0;
-        slot_of(job, table, t, &slot); /* checked in scores_pass */
+        slot_of(job, run->table, t, &slot); /* checked in scores_pass */
         const float *values = token_row(job, job->value_cache, slot, scratch->row);
-        for (int64_t h = 0; h < job->num_heads; h++) {
-            const float p = scratch->scores[h * context + t], *v = values + (h / group) * d;
-            float *o = out + h * d;
+        for (int64_t r = 0; r < run->rows; r++) {
+            const float p = scratch->scores[r * run->context + t], *v = values + ((r % job->num_heads) / group) * d;
+            float *o = out + r * d;
 #pragma omp simd
             for (int64_t i = 0; i < d; i++) o[i] += p * v[i];
         }
     }
-    for (int64_t h = 0; h < job->num_heads; h++) {
-        const float inverse = 1.0f / sums[h];
-        float *o = out + h * d;
+    for (int64_t r = 0; r < run->rows; r++) {
+        const float inverse = 1.0f / scratch->sums[r];
+        float *o = out + r * d;
 #pragma omp simd
         for (int64_t i = 0; i < d; i++) o[i] *= inverse;
     }
 }
 
-static int attend_sequence(Job *job, int64_t seq, Scratch *scratch, float *sums) {
-    const int64_t context = job->context_lens[seq];
-    if (context <= 0) {
-        memset(job->out + seq * job->num_heads * job->head_size, 0, sizeof(float) * job->num_heads * job->head_size);
+static int reserve(Scratch *scratch, int64_t rows, int64_t context) {
+    if (rows <= scratch->capacity_rows && context <= scratch->capacity_context) return OK;
+    const int64_t new_rows = rows > scratch->capacity_rows ? rows : scratch->capacity_rows;
+    const int64_t new_context = context > scratch->capacity_context ? context : scratch->capacity_context;
+    free(scratch->scores);
+    free(scratch->sums);
+    scratch->scores = malloc(sizeof(float) * new_rows * new_context);
+    scratch->sums = malloc(sizeof(float) * new_rows);
+    scratch->capacity_rows = scratch->capacity_context = 0;
+    if (!scratch->scores || !scratch->sums) return NO_MEMORY;
+    scratch->capacity_rows = new_rows;
+    scratch->capacity_context = new_context;
+    return OK;
+}
+
+static int attend_run(Job *job, int64_t group_index, Scratch *scratch) {
+    const int64_t first = job->group_starts[group_index], count = job->group_starts[group_index + 1] - first;
+    const Run run = {first, count * job->num_heads, job->context_lens[first], job->block_tables + first * job->max_blocks};
+    if (run.context <= 0) {
+        memset(job->out + first * job->num_heads * job->head_size, 0, sizeof(float) * run.rows * job->head_size);
         return OK;
     }
-    if (job->num_heads * context > scratch->scores_capacity) {
-        free(scratch->scores);
-        scratch->scores_capacity = job->num_heads * context;
-        scratch->scores = malloc(sizeof(float) * scratch->scores_capacity);
-        if (!scratch->scores) { scratch->scores_capacity = 0; return NO_MEMORY; }
-    }
-    if (scores_pass(job, seq, context, scratch) != OK) return BAD_BLOCK;
-    softmax_rows(scratch->scores, job->num_heads, context, sums);
-    values_pass(job, seq, context, scratch, sums);
+    if (reserve(scratch, run.rows, run.context) != OK) return NO_MEMORY;
+    if (scores_pass(job, &run, scratch) != OK) return BAD_BLOCK;
+    softmax_rows(scratch->scores, run.rows, run.context, scratch->sums);
+    values_pass(job, &run, scratch);
     return OK;
 }
 
 static void *worker(void *arg) {
     Job *job = arg;
-    Scratch scratch = {NULL, malloc(sizeof(float) * job->num_kv_heads * job->head_size), 0};
-    float *sums = malloc(sizeof(float) * job->num_heads);
-    if (!scratch.row || !sums) __atomic_store_n(&job->status, NO_MEMORY, __ATOMIC_RELAXED);
+    Scratch scratch = {NULL, malloc(sizeof(float) * job->num_kv_heads * job->head_size), NULL, 0, 0};
+    if (!scratch.row) __atomic_store_n(&job->status, NO_MEMORY, __ATOMIC_RELAXED);
     while (__atomic_load_n(&job->status, __ATOMIC_RELAXED) == OK) {
-        const int64_t seq = __atomic_fetch_add(&job->next_seq, 1, __ATOMIC_RELAXED);
-        if (seq >= job->num_seqs) break;
-        const int status = attend_sequence(job, seq, &scratch, sums);
+        const int64_t group_index = __atomic_fetch_add(&job->next_group, 1, __ATOMIC_RELAXED);
+        if (group_index >= job->num_groups) break;
+        const int status = attend_run(job, group_index, &scratch);
         if (status != OK) __atomic_store_n(&job->status, status, __ATOMIC_RELAXED);
     }
     free(scratch.scores);
+    free(scratch.sums);
     free(scratch.row);
-    free(sums);
     return NULL;
 }
 
 /* Returns 0, or 1 for a block-table entry outside [0, num_blocks), or 2 when memory ran out. */
 int paged_attention_f32(const float *query, const void *key_cache, const void *value_cache, int cache_is_bf16,
-                        const int64_t *block_tables, const int64_t *context_lens, float *out, int64_t num_seqs,
-                        int64_t num_heads, int64_t num_kv_heads, int64_t head_size, int64_t block_size,
-                        int64_t max_blocks, int64_t num_blocks, int num_threads) {
-    Job job = {query, key_cache, value_cache, block_tables, context_lens, out, num_seqs, num_heads, num_kv_heads,
-               head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
-    if (num_threads > num_seqs) num_threads = (int)num_seqs;
+                        const int64_t *block_tables, const int64_t *context_lens, const int64_t *group_starts,
+                        int64_t num_groups, float *out, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
+                        int64_t block_size, int64_t max_blocks, int64_t num_blocks, int num_threads) {
+    Job job = {query, key_cache, value_cache, block_tables, context_lens, group_starts, out, num_groups, num_heads,
+               num_kv_heads, head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
+    if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;
     pthread_t threads[64];
     int started = 0;
