@@ -133,7 +133,10 @@ def main(argv=None) -> int:
             prompt = torch.randint(3, vocab, (args.prompt_len,), generator=generator).tolist()
             engine.add_request(str(i), TokensPrompt(prompt_token_ids=prompt), params)
         with labelled_scopes():
-            print_profile(f"prefill step ({args.batch} x {args.prompt_len} tokens)", profile_one_step(engine))
+            budget = engine.scheduler_config.max_num_batched_tokens
+            first_step_tokens = min(args.batch * args.prompt_len, budget // args.prompt_len * args.prompt_len)
+            print_profile(f"first prefill step ({first_step_tokens} of the {args.batch} x {args.prompt_len} prompt "
+                          f"tokens; step budget {budget})", profile_one_step(engine))
             for _ in range(args.decode_steps):
                 engine.step()
             decode = profile_one_step(engine)
