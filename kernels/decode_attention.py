@@ -42,18 +42,18 @@ def paged_attention(
     group = num_heads // num_kv_heads
     compute_dtype = _compute_dtype(query.dtype, key_cache.dtype)
     device = key_cache.device
-    out = torch.zeros(num_seqs, num_kv_heads, group, head_size, dtype=compute_dtype, device=device)
-    lens = context_lens.to(device=device, dtype=torch.int64)
     host_lens = _host_lens(context_lens, max_context_len)
     max_len = int(host_lens.max()) if num_seqs else 0
     if max_len <= 0:
-        return out.view(num_seqs, num_heads, head_size).to(query.dtype)
+        return torch.zeros_like(query)
     if max_len > block_tables.shape[1] * block_size:
         capacity = block_tables.shape[1] * block_size
         raise ValueError(f"context length {max_len} exceeds the block table capacity of {capacity} tokens")
     native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale)
     if native is not None:
         return native
+    out = torch.zeros(num_seqs, num_kv_heads, group, head_size, dtype=compute_dtype, device=device)
+    lens = context_lens.to(device=device, dtype=torch.int64)
     q = (query.to(device=device, dtype=compute_dtype) * scale).view(num_seqs, num_kv_heads, group, head_size)
     tables = block_tables.to(device=device, dtype=torch.int64)
     rows = _token_rows(tables, lens, max_len, block_size, num_kv_heads)
