@@ -17,131 +17,35 @@ How it runs (the engine is driven directly with add_request/step, so progress ca
   and decodes greedily (or with beam search, `beam_width` > 1: BeamSearchParams with the same processors, which
   then act on log-prob rows as in HF), so a window's tokens equal transformers' `generate(num_beams=...)` on it.
 * Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined.
+  The per-input and per-window bookkeeping and the model facts (tokens, window length, features) are in
+  work_items.py.
 """
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import logging
-import math
-import os
 import uuid
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import (HOP_LENGTH, SAMPLE_RATE, AudioError, is_silent, load_audio, log_mel_spectrogram,
-                                  split_into_windows)
+from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio, split_into_windows
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.processors import whisper_processors
-from seq2seq_engine.transcription.prompts import TASKS, WhisperTokens
+from seq2seq_engine.transcription.prompts import TASKS
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
+from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
+                                                      is_single_input, samples_hint, whisper_tokens_for,
+                                                      window_samples)
 
 logger = logging.getLogger(__name__)
 
 _REQUEST_PREFIX = "transcribe"
-
-
-# ---------------------------------------------------------------------------------------------- model facts
-def whisper_tokens_for(engine: Any) -> WhisperTokens:
-    """The WhisperTokens of the engine's model (read once per transcribe call; no module-level cache)."""
-    model_config = engine.model_config
-    hf_config = model_config.hf_config
-    if getattr(hf_config, "num_mel_bins", None) is None:
-        raise ValueError(f"model {model_config.model!r} takes no audio (its config has no num_mel_bins): "
-                         f"transcription needs a Whisper model")
-    return WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
-
-
-def window_samples(engine: Any) -> int:
-    """Samples per window: the encoder sees 2 feature frames per position (30 s for the released models)."""
-    return 2 * engine.model_config.max_encoder_len * HOP_LENGTH
-
-
-def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
-    """Log-mel features [n_mels, frames] of one window (padded/trimmed to the window), as the engine would make."""
-    n_mels = engine.model_config.hf_config.num_mel_bins
-    return log_mel_spectrogram(samples, n_mels=n_mels, n_samples=window_samples(engine))
-
-
-# ---------------------------------------------------------------------------------------------- bookkeeping
-@dataclasses.dataclass
-class _Window:
-    index: int
-    start_sample: int
-    samples: np.ndarray
-    silent: bool
-
-    @property
-    def offset(self) -> float:
-        return self.start_sample / SAMPLE_RATE
-
-    @property
-    def duration(self) -> float:
-        return len(self.samples) / SAMPLE_RATE
-
-
-@dataclasses.dataclass
-class _Input:
-    index: int
-    source: Any
-    name: str
-    samples_hint: int
-    language: Optional[str] = None
-    language_probability: Optional[float] = None
-    duration: float = 0.0
-    windows: List[_Window] = dataclasses.field(default_factory=list)
-    done: Dict[int, WindowTokens] = dataclasses.field(default_factory=dict)
-    request_ids: set = dataclasses.field(default_factory=set)
-    error: Optional[str] = None
-    finished: bool = False
-
-
-@dataclasses.dataclass
-class _Task:
-    """One engine request: `make_prompt` runs at admission (features are computed then, not before)."""
-
-    owner: _Input
-    make_prompt: Callable[[], dict]
-    params: Union[SamplingParams, BeamSearchParams]
-    on_done: Callable[[Any], None]
-
-
-def _is_single_input(audio: Any) -> bool:
-    if isinstance(audio, (str, os.PathLike, bytes, bytearray, np.ndarray, torch.Tensor)):
-        return True
-    return (isinstance(audio, tuple) and len(audio) == 2 and isinstance(audio[1], (int, np.integer))
-            and not isinstance(audio[1], bool) and not isinstance(audio[0], (str, os.PathLike)))
-
-
-def _describe(source: Any, index: int) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    return f"<input {index}>"
-
-
-def _samples_hint(source: Any) -> int:
-    """16 kHz samples of the input, known without decoding where cheap (file header, array length; resampled
-    lengths as load_audio makes them); 0 otherwise."""
-    try:
-        if isinstance(source, (str, os.PathLike)):
-            import soundfile
-            info = soundfile.info(os.fspath(source))
-            return math.ceil(info.frames * SAMPLE_RATE / info.samplerate)
-        if isinstance(source, tuple) and len(source) == 2:
-            samples = np.asarray(source[0])
-            return math.ceil(max(samples.shape) * SAMPLE_RATE / int(source[1]))
-        if isinstance(source, (np.ndarray, torch.Tensor)):
-            return int(max(source.shape))
-    except Exception:  # noqa: BLE001 - a hint only; loading reports the real problem
-        return 0
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------- the pipeline
@@ -174,11 +78,11 @@ class _Transcription:
         self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
         if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self.inputs = [_Input(i, source, _describe(source, i), _samples_hint(source))
+        self.inputs = [InputState(i, source, describe_source(source, i), samples_hint(source))
                        for i, source in enumerate(sources)]
-        self._pending_inputs: Iterator[_Input] = iter(self.inputs)
-        self.queue: Deque[_Task] = collections.deque()
-        self.in_flight: Dict[str, _Task] = {}
+        self._pending_inputs: Iterator[InputState] = iter(self.inputs)
+        self.queue: Deque[WindowTask] = collections.deque()
+        self.in_flight: Dict[str, WindowTask] = {}
         self._ids = itertools.count()
         self._prefix = f"{_REQUEST_PREFIX}-{uuid.uuid4().hex[:8]}-"
         # Counted in samples (exact integers), shown in seconds.
@@ -235,7 +139,7 @@ class _Transcription:
             task.owner.request_ids.add(request_id)
 
     # ------------------------------------------------------------------ per input
-    def _start(self, item: _Input) -> None:
+    def _start(self, item: InputState) -> None:
         try:
             audio = load_audio(item.source)
         except (AudioError, ValueError, TypeError) as error:  # this input is unusable; the others go on
@@ -243,19 +147,19 @@ class _Transcription:
             return
         item.duration = len(audio) / SAMPLE_RATE
         self._adjust_total(len(audio) - item.samples_hint)
-        item.windows = [_Window(k, start, chunk, self.skip_silence and is_silent(chunk))
+        item.windows = [Window(k, start, chunk, self.skip_silence and is_silent(chunk))
                         for k, (start, chunk) in enumerate(split_into_windows(
                             audio, window_s=self.window_samples / SAMPLE_RATE))]
         item.language = self.language
         speech = [w for w in item.windows if not w.silent]
         if item.language is None and speech:
             first = speech[0]
-            self.queue.append(_Task(item, lambda: detection_prompt(self.tokens, self._features(first)),
+            self.queue.append(WindowTask(item, lambda: detection_prompt(self.tokens, self._features(first)),
                                     detection_params(self.tokens), lambda out: self._detected(item, out)))
             return
         self._queue_windows(item)
 
-    def _detected(self, item: _Input, output: Any) -> None:
+    def _detected(self, item: InputState, output: Any) -> None:
         try:
             item.language, item.language_probability = parse_detection(output, self.tokens)
         except ValueError as error:
@@ -263,7 +167,7 @@ class _Transcription:
             return
         self._queue_windows(item)
 
-    def _queue_windows(self, item: _Input) -> None:
+    def _queue_windows(self, item: InputState) -> None:
         """Queue the input's windows (all of them, or the first in sequential mode); silent ones finish at once."""
         if self.sequential:
             self._queue_next_sequential(item)
@@ -275,7 +179,7 @@ class _Transcription:
                 self.queue.append(self._window_task(item, window, previous=None))
         self._maybe_finish(item)
 
-    def _queue_next_sequential(self, item: _Input) -> None:
+    def _queue_next_sequential(self, item: InputState) -> None:
         while not item.finished:
             k = len(item.done)
             if k == len(item.windows):
@@ -289,7 +193,7 @@ class _Transcription:
             self.queue.append(self._window_task(item, window, previous=previous))
             return
 
-    def _window_task(self, item: _Input, window: _Window, previous: Optional[List[int]]) -> _Task:
+    def _window_task(self, item: InputState, window: Window, previous: Optional[List[int]]) -> WindowTask:
         prompt = self.tokens.prompt(item.language, self.task, self.timestamps, previous_tokens=previous)
         max_tokens = self.tokens.max_new_tokens(len(prompt), self.max_new_tokens)
         params: Union[SamplingParams, BeamSearchParams] = (
@@ -307,22 +211,22 @@ class _Transcription:
             else:
                 self._maybe_finish(item)
 
-        return _Task(item, lambda: {"prompt_token_ids": prompt,
+        return WindowTask(item, lambda: {"prompt_token_ids": prompt,
                                     "multi_modal_data": {"input_features": self._features(window)}}, params, on_done)
 
-    def _features(self, window: _Window) -> torch.Tensor:
+    def _features(self, window: Window) -> torch.Tensor:
         return features_for(self.engine, window.samples)
 
-    def _window_done(self, item: _Input, window: _Window, token_ids: List[int]) -> None:
+    def _window_done(self, item: InputState, window: Window, token_ids: List[int]) -> None:
         item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids)
         self.progress.update(len(window.samples))
 
-    def _maybe_finish(self, item: _Input) -> None:
+    def _maybe_finish(self, item: InputState) -> None:
         if not item.finished and len(item.done) == len(item.windows):
             item.finished = True
             item.windows = []  # the audio is no longer needed
 
-    def _fail(self, item: _Input, message: str) -> None:
+    def _fail(self, item: InputState, message: str) -> None:
         if item.finished:
             return
         item.error = message
@@ -342,7 +246,7 @@ class _Transcription:
             self.progress.total += delta
             self.progress.refresh()
 
-    def _result(self, item: _Input) -> TranscriptionResult:
+    def _result(self, item: InputState) -> TranscriptionResult:
         if item.error is not None:
             return TranscriptionResult("", item.language, [], item.error, item.duration, item.language_probability,
                                        item.name)
@@ -383,6 +287,6 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
         detection stays a greedy 1-token request.
     """
     engine = getattr(llm, "llm_engine", llm)
-    sources = [audio] if _is_single_input(audio) else list(audio)
+    sources = [audio] if is_single_input(audio) else list(audio)
     return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
                           use_tqdm, max_in_flight, skip_silence, beam_width).run()
