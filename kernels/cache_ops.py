@@ -25,12 +25,20 @@ def reshape_and_cache(
         raise ValueError(f"tokens {tuple(key.shape)} do not fit caches {tuple(key_cache.shape)}")
     device = key_cache.device
     slots = slot_mapping.to(device=device, dtype=torch.int64)
+    key = key.to(device=device, dtype=key_cache.dtype)
+    value = value.to(device=device, dtype=value_cache.dtype)
     keep = slots >= 0
-    slots = slots[keep]
+    if not bool(keep.all()):
+        slots, key, value = slots[keep], key[keep], value[keep]
+    if key_cache.is_contiguous() and value_cache.is_contiguous():
+        # One row copy per token into the [num_blocks * block_size, heads, head_size] view of each cache.
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key)
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value)
+        return
     block_size = key_cache.shape[1]
     index = (torch.div(slots, block_size, rounding_mode="floor"), slots % block_size)
-    key_cache.index_put_(index, key.to(device=device, dtype=key_cache.dtype)[keep])
-    value_cache.index_put_(index, value.to(device=device, dtype=value_cache.dtype)[keep])
+    key_cache.index_put_(index, key)
+    value_cache.index_put_(index, value)
 
 
 def copy_blocks(

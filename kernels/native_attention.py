@@ -30,33 +30,20 @@ def native_paged_attention(
         return None
     num_seqs, num_heads, head_size = query.shape
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
-    q = (query.to(torch.float32) * scale).contiguous()
+    q = query.to(torch.float32).contiguous()
     tables = block_tables.to(torch.int64).contiguous()
     lens = context_lens.to(torch.int64).contiguous()
     out = torch.empty(num_seqs, num_heads, head_size, dtype=torch.float32)
-    starts = shared_context_runs(tables, lens)
     status = library.paged_attention_f32(
         _ptr(q), _ptr(key_cache), _ptr(value_cache), ctypes.c_int(_CACHE_DTYPES[key_cache.dtype]), _ptr(tables),
-        _ptr(lens), _ptr(starts), ctypes.c_int64(starts.shape[0] - 1), _ptr(out),
-        *(ctypes.c_int64(n) for n in (num_heads, num_kv_heads, head_size, block_size, tables.shape[1], num_blocks)),
+        _ptr(lens), ctypes.c_float(scale), _ptr(out),
+        *(ctypes.c_int64(n) for n in (num_seqs, num_heads, num_kv_heads, head_size, block_size, tables.shape[1],
+                                      num_blocks)),
         ctypes.c_int(torch.get_num_threads()))
     if status != 0:
         raise ValueError(f"paged_attention: {_STATUS_ERRORS.get(status, f'native kernel status {status}')} "
                          f"({num_blocks} blocks)")
     return out.to(query.dtype)
-
-
-def shared_context_runs(tables: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-    """int64 ``[num_runs + 1]`` start indices of the runs of consecutive sequences with the same block-table row
-    and length (the beams of one request in cross-attention): the kernel reads such a run's K/V once."""
-    num_seqs = tables.shape[0]
-    if num_seqs > 1:
-        same = (tables[1:] == tables[:-1]).all(dim=1) & (lens[1:] == lens[:-1])
-        breaks = torch.nonzero(~same).flatten() + 1
-    else:
-        breaks = torch.zeros(0, dtype=torch.int64)
-    edges = torch.tensor([0, num_seqs], dtype=torch.int64)
-    return torch.cat([edges[:1], breaks, edges[1:]]).contiguous()
 
 
 def _applies(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:

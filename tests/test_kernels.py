@@ -193,6 +193,24 @@ def test_reshape_and_cache(block_size, dtype):
     assert not torch.equal(key_cache, _randn(_gen(block_size + 100), *shape, dtype=dtype))
 
 
+@pytest.mark.parametrize("all_slots_valid", [True, False])
+def test_reshape_and_cache_into_non_contiguous_caches(all_slots_valid):
+    """Cache views with other strides take the block/offset path and write the same values as the reference."""
+    gen = _gen(55)
+    wide = _randn(gen, 2, 6, 8, 2, 32)  # [k/v, blocks, block_size, heads, head_size * 2]
+    key_cache, value_cache = wide[0, ..., :16], wide[1, ..., :16]
+    assert not key_cache.is_contiguous()
+    ref_key_cache, ref_value_cache = key_cache.clone(), value_cache.clone()
+    slots = torch.randperm(6 * 8, generator=gen)[:10]
+    if not all_slots_valid:
+        slots[3] = -1
+    key, value = _randn(gen, 10, 2, 16), _randn(gen, 10, 2, 16)
+    reshape_and_cache(key, value, key_cache, value_cache, slots)
+    ref_reshape_and_cache(key, value, ref_key_cache, ref_value_cache, slots)
+    assert torch.equal(key_cache, ref_key_cache) and torch.equal(value_cache, ref_value_cache)
+    assert torch.equal(wide[0, ..., 16:], _randn(_gen(55), 2, 6, 8, 2, 32)[0, ..., 16:])  # nothing else written
+
+
 def test_reshape_and_cache_then_attend():
     gen = _gen(21)
     block_size, num_kv_heads, head_size, lens = 16, 2, 64, [20, 3, 40]
@@ -249,13 +267,15 @@ def test_swap_blocks(src_device, dst_device):
 
 
 def test_native_kernel_reads_shared_cross_tables_once_per_run(monkeypatch):
-    """Beams of a request share one block-table row: grouped into a run, the outputs still match the reference."""
-    from seq2seq_engine.kernels.native_attention import shared_context_runs
+    """Beams of a request share one block-table row (the kernel reads such a run's K/V once): still the reference.
+
+    Runs: three beams of request 0, one of 1, two of 2 that differ only past their used blocks, request 0 again,
+    and two zero-length rows."""
     gen = _gen(21)
-    kc, vc, tables, _, _ = _build_paged(gen, [40, 9, 130], 16, 2, 64, torch.float32)
-    beams = [0, 0, 0, 1, 2, 2, 0]  # three beams of request 0, one of 1, two of 2, then request 0 again
-    beam_tables, beam_lens = tables[beams], torch.tensor([40, 9, 130])[beams]
-    assert shared_context_runs(beam_tables.long(), beam_lens).tolist() == [0, 3, 4, 6, 7]
+    kc, vc, tables, _, _ = _build_paged(gen, [40, 9, 130, 0], 16, 2, 64, torch.float32)
+    beams = [0, 0, 0, 1, 2, 2, 0, 3, 3]
+    beam_tables, beam_lens = tables[beams].clone(), torch.tensor([40, 9, 130, 0])[beams]
+    beam_tables[5, -1] = 12345  # beyond request 2's used blocks: never read, must not matter
     query = _randn(gen, len(beams), 8, 64)
     monkeypatch.setenv(native.NATIVE_ENV, "1")
     native.load_library.cache_clear()
@@ -263,12 +283,4 @@ def test_native_kernel_reads_shared_cross_tables_once_per_run(monkeypatch):
     native.load_library.cache_clear()
     expected = ref_paged_attention(query, kc, vc, beam_tables, beam_lens, 0.125)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_shared_context_runs_edges():
-    from seq2seq_engine.kernels.native_attention import shared_context_runs
-    one = torch.tensor([[3, 4]])
-    assert shared_context_runs(one, torch.tensor([5])).tolist() == [0, 1]
-    same_rows = one.repeat(3, 1)
-    assert shared_context_runs(same_rows, torch.tensor([5, 5, 6])).tolist() == [0, 2, 3]  # lengths differ
-    assert shared_context_runs(torch.tensor([[1, 2], [1, 3], [1, 3]]), torch.tensor([5, 5, 5])).tolist() == [0, 1, 3]
+    assert torch.count_nonzero(out[7:]) == 0

@@ -1,12 +1,11 @@
 /* Paged decode attention on the CPU: one fused pass over each sequence's cached K/V rows (no gathered copy).
  *
  * Built on first use by kernels/native.py (cc -O3 -march=native -ffast-math -fopenmp-simd) and called through
- * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32, already
- * multiplied by the softmax scale; caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
+ * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32 (the scores
+ * are multiplied by `scale`); caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
  * contiguous; block_tables int64 [num_seqs, max_blocks]; context_lens int64 [num_seqs]; out float32 like query.
- * group_starts int64 [num_groups + 1] splits the sequences into runs that share one block-table row and length (the
- * beams of a request over its cross-attention table): a run's K/V rows are read once for all its queries. Runs are
- * shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
+ * Consecutive sequences with the same length and the same blocks form a run (the beams of a request over its
+ * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
  */
 #include <math.h>
 #include <pthread.h>
@@ -22,8 +21,9 @@ typedef struct {
     const void *value_cache;
     const int64_t *block_tables;
     const int64_t *context_lens;
-    const int64_t *group_starts;
+    int64_t *group_starts; /* [num_groups + 1], found by find_runs */
     float *out;
+    float scale;
     int64_t num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
     int cache_is_bf16;
     int64_t next_group; /* work counter, taken with __atomic_fetch_add */
@@ -73,7 +73,7 @@ static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int64_t i = 0; i < d; i++) dot += qr[i] * k[i];
-            scratch->scores[r * run->context + t] = dot;
+            scratch->scores[r * run->context + t] = dot * job->scale;
         }
     }
     return OK;
@@ -162,12 +162,30 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Splits the sequences into runs of equal length and equal used blocks; returns the number of runs. */
+static int64_t find_runs(const int64_t *tables, const int64_t *lens, int64_t num_seqs, int64_t max_blocks,
+                         int64_t block_size, int64_t *starts) {
+    int64_t runs = 0;
+    for (int64_t seq = 0; seq < num_seqs; seq++) {
+        const int64_t used = lens[seq] > 0 ? (lens[seq] + block_size - 1) / block_size : 0;
+        const int same = seq > 0 && lens[seq] == lens[seq - 1] &&
+                         memcmp(tables + seq * max_blocks, tables + (seq - 1) * max_blocks,
+                                sizeof(int64_t) * (used < max_blocks ? used : max_blocks)) == 0;
+        if (!same) starts[runs++] = seq;
+    }
+    starts[runs] = num_seqs;
+    return runs;
+}
+
 /* Returns 0, or 1 for a block-table entry outside [0, num_blocks), or 2 when memory ran out. */
 int paged_attention_f32(const float *query, const void *key_cache, const void *value_cache, int cache_is_bf16,
-                        const int64_t *block_tables, const int64_t *context_lens, const int64_t *group_starts,
-                        int64_t num_groups, float *out, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
+                        const int64_t *block_tables, const int64_t *context_lens, float scale, float *out,
+                        int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
                         int64_t block_size, int64_t max_blocks, int64_t num_blocks, int num_threads) {
-    Job job = {query, key_cache, value_cache, block_tables, context_lens, group_starts, out, num_groups, num_heads,
+    int64_t *starts = malloc(sizeof(int64_t) * (num_seqs + 1));
+    if (!starts) return NO_MEMORY;
+    const int64_t num_groups = find_runs(block_tables, context_lens, num_seqs, max_blocks, block_size, starts);
+    Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, out, scale, num_groups, num_heads,
                num_kv_heads, head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
     if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;
@@ -178,5 +196,6 @@ int paged_attention_f32(const float *query, const void *key_cache, const void *v
     }
     worker(&job);
     for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    free(starts);
     return job.status;
 }
