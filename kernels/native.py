@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from typing import Optional
 
+from seq2seq_engine.config import env_switch
 from seq2seq_engine.conversion_cache import cache_root
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ LINK_FLAGS = ["-lm", "-lpthread"]
 
 def native_kernels_enabled() -> bool:
     """False when the user set SEQ2SEQ_ENGINE_NATIVE_KERNELS=0 (then every kernel runs its torch path)."""
-    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_switch(NATIVE_ENV)
 
 
 @functools.lru_cache(maxsize=None)

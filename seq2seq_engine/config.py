@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional
 
 _DTYPES = ("float32", "bfloat16", "float16")
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
 _DEFAULT_MAX_BEAM_WIDTH = 16
+
+
+def env_switch(name: str) -> bool:
+    """An on/off environment switch that is on unless set to 0, false, no or off (any case)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _require_positive(name: str, value: Optional[int]) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
 from typing import Any
+
+from seq2seq_engine.config import env_switch
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def tune_malloc() -> bool:
     Set SEQ2SEQ_ENGINE_MALLOC_TUNING=0 to leave malloc as it is. The settings are process-wide and stay after the
     engine is gone (they only change which memory malloc reuses, never what a program computes).
     """
-    if os.environ.get(MALLOC_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not env_switch(MALLOC_ENV):
         return False
     path = ctypes.util.find_library("c")
     try:
