@@ -24,8 +24,8 @@ logger = logging.getLogger(__name__)
 
 NATIVE_ENV = "SEQ2SEQ_ENGINE_NATIVE_KERNELS"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC", "-shared"]
-LINK_FLAGS = ["-lm", "-lpthread"]
+COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
+LINK_FLAGS = ["-lm"]
 
 
 def native_kernels_enabled() -> bool:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
+from seq2seq_engine.kernels import native_fused as fused_ops
 from .utils import WeightLoader, as_kv_cache_list, get_activation
 
 
@@ -21,12 +22,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # As HF computes it: normalise in float32, cast back, then scale.
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
+        """As HF computes it (normalise in float32, cast back, then scale), fused with the residual add:
+        returns (normed, x + residual), or (normed, None) without a residual."""
+        return fused_ops.rms_norm(x, self.weight, self.eps, residual)
 
 
 def rope_parameters(config) -> dict:
@@ -83,13 +82,6 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H, D] rotated with the neox (rotate-half) convention."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
-
-
 class LlamaAttention(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
@@ -105,11 +97,11 @@ class LlamaAttention(nn.Module):
                               AttentionType.DECODER)
 
     def forward(self, hidden_states, cos, sin, kv_cache, attn_metadata):
-        q, k, v = self.qkv_proj(hidden_states).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        num_tokens = hidden_states.shape[0]
-        q = apply_rope(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin).reshape(num_tokens, -1)
-        k = apply_rope(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin).reshape(num_tokens, -1)
-        return self.o_proj(self.attn(q, k, v.contiguous(), kv_cache, attn_metadata))
+        qkv = self.qkv_proj(hidden_states)
+        q = fused_ops.rotary_neox(qkv, 0, self.num_heads, self.head_dim, cos, sin)
+        k = fused_ops.rotary_neox(qkv, self.q_size, self.num_kv_heads, self.head_dim, cos, sin)
+        v = qkv[:, self.q_size + self.kv_size:].contiguous()
+        return self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
 
 
 class LlamaMLP(nn.Module):
@@ -119,10 +111,15 @@ class LlamaMLP(nn.Module):
         self.intermediate_size = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
-        self.act = get_activation(getattr(config, "hidden_act", "silu"))
+        hidden_act = getattr(config, "hidden_act", "silu")
+        self.act = get_activation(hidden_act)
+        self.fused_silu = hidden_act in ("silu", "swish")
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if self.fused_silu:
+            return self.down_proj(fused_ops.silu_and_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(self.act(gate) * up)
 
 
@@ -135,10 +132,15 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, hidden_states, cos, sin, kv_cache, attn_metadata):
-        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), cos, sin, kv_cache,
-                                                       attn_metadata)
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+    def forward(self, hidden_states, residual, cos, sin, kv_cache, attn_metadata):
+        """(MLP output, residual stream before it): the residual add is fused into the next layer's norm."""
+        if residual is None:
+            normed, residual = self.input_layernorm(hidden_states)[0], hidden_states
+        else:
+            normed, residual = self.input_layernorm(hidden_states, residual)
+        attn_out = self.self_attn(normed, cos, sin, kv_cache, attn_metadata)
+        normed, residual = self.post_attention_layernorm(attn_out, residual)
+        return self.mlp(normed), residual
 
 
 class LlamaModel(nn.Module):
@@ -179,9 +181,10 @@ class LlamaForCausalLM(nn.Module):
         kv_caches = as_kv_cache_list(kv_caches, len(self.model.layers))
         hidden_states = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary_emb(positions, hidden_states.dtype)
+        residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            hidden_states = layer(hidden_states, cos, sin, kv_cache, attn_metadata)
-        return self.model.norm(hidden_states)
+            hidden_states, residual = layer(hidden_states, residual, cos, sin, kv_cache, attn_metadata)
+        return self.model.norm(hidden_states, residual)[0]
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden_states).float()

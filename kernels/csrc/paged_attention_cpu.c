@@ -1,14 +1,15 @@
 /* Paged decode attention on the CPU: one fused pass over each sequence's cached K/V rows (no gathered copy).
  *
- * Built on first use by kernels/native.py (cc -O3 -march=native -ffast-math -fopenmp-simd) and called through
+ * Built on first use by kernels/native.py (cc -O3 -march=native -ffast-math -fopenmp) and called through
  * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32 (the scores
  * are multiplied by `scale`); caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
  * contiguous; block_tables int64 [num_seqs, max_blocks]; context_lens int64 [num_seqs]; out float32 like query.
  * Consecutive sequences with the same length and the same blocks form a run (the beams of a request over its
- * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among `num_threads` POSIX threads (the caller is one of them) through an atomic counter.
+ * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among
+ * `num_threads` OpenMP threads (torch's own pool: the library links the libgomp torch loaded) through an atomic
+ * counter.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,13 +190,8 @@ int paged_attention_f32(const float *query, const void *key_cache, const void *v
                num_kv_heads, head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
     if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;
-    pthread_t threads[64];
-    int started = 0;
-    for (int i = 1; i < num_threads && i < 64; i++) {
-        if (pthread_create(&threads[started], NULL, worker, &job) == 0) started++;
-    }
+#pragma omp parallel num_threads(num_threads)
     worker(&job);
-    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
     free(starts);
     return job.status;
 }

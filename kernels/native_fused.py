@@ -1,0 +1,92 @@
+"""Fused elementwise ops of the decoder layers (csrc/fused_ops_cpu.c), each with the plain-torch path it replaces.
+
+Every function takes the same arguments on both paths and computes what HF's modules compute (RMSNorm in float32
+then cast, neox rotary, SiLU-gated product), rounding where they round. The native path runs for CPU tensors of
+float32 or bfloat16 with unit stride along the last dimension; anything else (CUDA, float16, odd strides, no C
+compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) runs the torch path.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .native import load_library
+
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(weight * RMSNorm(h), h) with h = x + residual, or (weight * RMSNorm(x), None) without a residual.
+
+    x may be a row-strided view; residual must be contiguous and shaped like x."""
+    library = _library_for(x, weight, *(() if residual is None else (residual,)))
+    if library is None or (residual is not None and not residual.is_contiguous()):
+        return _rms_norm_torch(x, weight, eps, residual)
+    rows, width = x.shape
+    out = torch.empty(rows, width, dtype=x.dtype)
+    summed = torch.empty_like(out) if residual is not None else None
+    library.rms_norm(_ptr(x), ctypes.c_int64(x.stride(0)), _ptr(residual), _ptr(summed), _ptr(weight), _ptr(out),
+                     ctypes.c_int64(rows), ctypes.c_int64(width), ctypes.c_float(eps),
+                     ctypes.c_int(_DTYPES[x.dtype]), ctypes.c_int(torch.get_num_threads()))
+    return out, summed
+
+
+def rotary_neox(x: torch.Tensor, column: int, num_heads: int, head_dim: int, cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+    """Neox-rotated heads ``x[:, column : column + num_heads * head_dim]`` as a contiguous [T, num_heads * head_dim]
+    tensor; cos/sin are [T, head_dim] in x's dtype (halves repeated)."""
+    width = num_heads * head_dim
+    library = _library_for(x, cos, sin)
+    if library is None or not (cos.is_contiguous() and sin.is_contiguous()):
+        return _rotary_torch(x[:, column:column + width], num_heads, head_dim, cos, sin)
+    tokens = x.shape[0]
+    out = torch.empty(tokens, width, dtype=x.dtype)
+    library.rotary_neox(_ptr(x), ctypes.c_int64(x.stride(0)), ctypes.c_int64(column), _ptr(cos), _ptr(sin),
+                        _ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(num_heads), ctypes.c_int64(head_dim),
+                        ctypes.c_int(_DTYPES[x.dtype]), ctypes.c_int(torch.get_num_threads()))
+    return out
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up = [gate | up] along the last dimension."""
+    library = _library_for(gate_up)
+    if library is None or not gate_up.is_contiguous():
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    tokens, width = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(tokens, width, dtype=gate_up.dtype)
+    library.silu_and_mul(_ptr(gate_up), _ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(width),
+                         ctypes.c_int(_DTYPES[gate_up.dtype]), ctypes.c_int(torch.get_num_threads()))
+    return out
+
+
+def _rms_norm_torch(x, weight, eps, residual):
+    if residual is not None:
+        x = residual + x
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype), (x if residual is not None else None)
+
+
+def _rotary_torch(x, num_heads, head_dim, cos, sin):
+    x = x.reshape(x.shape[0], num_heads, head_dim)
+    half = head_dim // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos[:, None, :] + rotated * sin[:, None, :]).reshape(x.shape[0], -1)
+
+
+def _library_for(*tensors: torch.Tensor) -> Optional[ctypes.CDLL]:
+    first = tensors[0]
+    if not all(t.device.type == "cpu" and t.dtype == first.dtype and t.dim() in (1, 2) and t.stride(-1) == 1
+               for t in tensors) or first.dtype not in _DTYPES or first.dim() != 2 or first.shape[0] == 0:
+        return None
+    return load_library("fused_ops_cpu")
+
+
+def _ptr(tensor: Optional[torch.Tensor]) -> ctypes.c_void_p:
+    return ctypes.c_void_p(tensor.data_ptr() if tensor is not None else None)
