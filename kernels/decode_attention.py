@@ -40,6 +40,9 @@ def paged_attention(
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
+    native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale)
+    if native is not None:
+        return native
     compute_dtype = _compute_dtype(query.dtype, key_cache.dtype)
     device = key_cache.device
     host_lens = _host_lens(context_lens, max_context_len)
@@ -49,9 +52,6 @@ def paged_attention(
     if max_len > block_tables.shape[1] * block_size:
         capacity = block_tables.shape[1] * block_size
         raise ValueError(f"context length {max_len} exceeds the block table capacity of {capacity} tokens")
-    native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale)
-    if native is not None:
-        return native
     out = torch.zeros(num_seqs, num_kv_heads, group, head_size, dtype=compute_dtype, device=device)
     lens = context_lens.to(device=device, dtype=torch.int64)
     q = (query.to(device=device, dtype=compute_dtype) * scale).view(num_seqs, num_kv_heads, group, head_size)

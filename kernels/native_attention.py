@@ -10,6 +10,7 @@ from .native import load_library
 
 _CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _STATUS_ERRORS = {1: "a block table entry is outside the KV cache", 2: "out of memory in the native kernel"}
+_OVER_CAPACITY = 3
 
 
 def native_paged_attention(
@@ -22,7 +23,8 @@ def native_paged_attention(
 ) -> Optional[torch.Tensor]:
     """``paged_attention`` computed by the native kernel, or None where it does not apply (non-CPU tensors, a
     cache dtype other than float32/bfloat16, non-contiguous caches, or no compiled library) -- then the caller
-    runs the torch path. Arguments were shape-checked by the caller."""
+    runs the torch path. Arguments were shape-checked by the caller; int32 tables and lengths (the engine's
+    metadata) are passed without a copy."""
     if not _applies(query, key_cache, value_cache):
         return None
     library = load_library("paged_attention_cpu")
@@ -31,8 +33,11 @@ def native_paged_attention(
     num_seqs, num_heads, head_size = query.shape
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
     q = query.to(torch.float32).contiguous()
-    tables = block_tables.to(torch.int64).contiguous()
-    lens = context_lens.to(torch.int64).contiguous()
+    if block_tables.dtype != torch.int32 and block_tables.numel() and (
+            int(block_tables.max()) >= 2 ** 31 or int(block_tables.min()) < -2 ** 31):
+        raise ValueError(f"paged_attention: {_STATUS_ERRORS[1]} ({num_blocks} blocks)")
+    tables = block_tables.to(torch.int32).contiguous()
+    lens = context_lens.to(torch.int32).contiguous()
     out = torch.empty(num_seqs, num_heads, head_size, dtype=torch.float32)
     status = library.paged_attention_f32(
         _ptr(q), _ptr(key_cache), _ptr(value_cache), ctypes.c_int(_CACHE_DTYPES[key_cache.dtype]), _ptr(tables),
@@ -40,6 +45,9 @@ def native_paged_attention(
         *(ctypes.c_int64(n) for n in (num_seqs, num_heads, num_kv_heads, head_size, block_size, tables.shape[1],
                                       num_blocks)),
         ctypes.c_int(torch.get_num_threads()))
+    if status == _OVER_CAPACITY:
+        raise ValueError(f"context length {int(lens.max())} exceeds the block table capacity of "
+                         f"{tables.shape[1] * block_size} tokens")
     if status != 0:
         raise ValueError(f"paged_attention: {_STATUS_ERRORS.get(status, f'native kernel status {status}')} "
                          f"({num_blocks} blocks)")

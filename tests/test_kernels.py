@@ -143,12 +143,17 @@ def test_paged_attention_edge_batches(kernel_path):
     query = _randn(gen, 2, 2, 64)
     all_zero = paged_attention(query, kc, vc, tables.repeat(2, 1), torch.zeros(2, dtype=torch.int32), 1.0)
     assert torch.equal(all_zero, torch.zeros_like(query))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="exceeds the block table capacity"):
         paged_attention(query, kc, vc, tables.repeat(2, 1), torch.tensor([4, 99]), 1.0)
     outside = tables.repeat(2, 1)
     outside[1, 0] = kc.shape[0]  # a block number past the end of the cache
     with pytest.raises((ValueError, IndexError, RuntimeError)):
         paged_attention(query, kc, vc, outside, torch.tensor([4, 4]), 1.0)
+    if kernel_path == "native":  # int64 tables: an entry that int32 would wrap into range is still refused
+        wrapping = tables.repeat(2, 1).long()
+        wrapping[1, 0] = 2 ** 32
+        with pytest.raises(ValueError, match="outside the KV cache"):
+            paged_attention(query, kc, vc, wrapping, torch.tensor([4, 4]), 1.0)
 
 
 def test_native_kernel_matches_torch_path_on_noncontiguous_and_odd_shapes(monkeypatch):

@@ -3,7 +3,8 @@
  * Built on first use by kernels/native.py (cc -O3 -march=native -ffast-math -fopenmp) and called through
  * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32 (the scores
  * are multiplied by `scale`); caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
- * contiguous; block_tables int64 [num_seqs, max_blocks]; context_lens int64 [num_seqs]; out float32 like query.
+ * contiguous; block_tables int32 [num_seqs, max_blocks]; context_lens int32 [num_seqs] (the engine's metadata
+ * dtypes, so no per-layer conversion); out float32 like query.
  * Consecutive sequences with the same length and the same blocks form a run (the beams of a request over its
  * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among
  * `num_threads` OpenMP threads (torch's own pool: the library links the libgomp torch loaded) through an atomic
@@ -14,14 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OK = 0, BAD_BLOCK = 1, NO_MEMORY = 2 };
+enum { OK = 0, BAD_BLOCK = 1, NO_MEMORY = 2, OVER_CAPACITY = 3 };
 
 typedef struct {
     const float *query;
     const void *key_cache;
     const void *value_cache;
-    const int64_t *block_tables;
-    const int64_t *context_lens;
+    const int32_t *block_tables;
+    const int32_t *context_lens;
     int64_t *group_starts; /* [num_groups + 1], found by find_runs */
     float *out;
     float scale;
@@ -41,7 +42,7 @@ typedef struct {
 /* A run of sequences attending to the same cached tokens: `rows` query heads (sequence-major) from `first`. */
 typedef struct {
     int64_t first, rows, context;
-    const int64_t *table;
+    const int32_t *table;
 } Run;
 
 static const float *token_row(const Job *job, const void *cache, int64_t slot, float *widened) {
@@ -55,7 +56,7 @@ static const float *token_row(const Job *job, const void *cache, int64_t slot, f
 }
 
 /* Cache slot of a sequence's position; BAD_BLOCK when its block-table entry is out of range. */
-static int slot_of(const Job *job, const int64_t *table, int64_t position, int64_t *slot) {
+static int slot_of(const Job *job, const int32_t *table, int64_t position, int64_t *slot) {
     const int64_t block = table[position / job->block_size];
     if (block < 0 || block >= job->num_blocks) return BAD_BLOCK;
     *slot = block * job->block_size + position % job->block_size;
@@ -164,25 +165,28 @@ static void *worker(void *arg) {
 }
 
 /* Splits the sequences into runs of equal length and equal used blocks; returns the number of runs. */
-static int64_t find_runs(const int64_t *tables, const int64_t *lens, int64_t num_seqs, int64_t max_blocks,
+static int64_t find_runs(const int32_t *tables, const int32_t *lens, int64_t num_seqs, int64_t max_blocks,
                          int64_t block_size, int64_t *starts) {
     int64_t runs = 0;
     for (int64_t seq = 0; seq < num_seqs; seq++) {
         const int64_t used = lens[seq] > 0 ? (lens[seq] + block_size - 1) / block_size : 0;
         const int same = seq > 0 && lens[seq] == lens[seq - 1] &&
                          memcmp(tables + seq * max_blocks, tables + (seq - 1) * max_blocks,
-                                sizeof(int64_t) * (used < max_blocks ? used : max_blocks)) == 0;
+                                sizeof(int32_t) * (used < max_blocks ? used : max_blocks)) == 0;
         if (!same) starts[runs++] = seq;
     }
     starts[runs] = num_seqs;
     return runs;
 }
 
-/* Returns 0, or 1 for a block-table entry outside [0, num_blocks), or 2 when memory ran out. */
+/* Returns 0, or 1 for a block-table entry outside [0, num_blocks), 2 when memory ran out, or 3 when a context length
+ * exceeds the block table's max_blocks * block_size tokens (nothing is computed then). */
 int paged_attention_f32(const float *query, const void *key_cache, const void *value_cache, int cache_is_bf16,
-                        const int64_t *block_tables, const int64_t *context_lens, float scale, float *out,
+                        const int32_t *block_tables, const int32_t *context_lens, float scale, float *out,
                         int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
                         int64_t block_size, int64_t max_blocks, int64_t num_blocks, int num_threads) {
+    for (int64_t seq = 0; seq < num_seqs; seq++)
+        if (context_lens[seq] > max_blocks * block_size) return OVER_CAPACITY;
     int64_t *starts = malloc(sizeof(int64_t) * (num_seqs + 1));
     if (!starts) return NO_MEMORY;
     const int64_t num_groups = find_runs(block_tables, context_lens, num_seqs, max_blocks, block_size, starts);

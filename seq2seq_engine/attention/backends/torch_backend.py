@@ -93,14 +93,15 @@ class TorchAttentionBackend:
         if kv_cache is not None:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], self_md.slot_mapping)
         num_prefill_tokens = metadata.num_prefill_tokens
+        if not metadata.num_prefills:  # a pure decode step: the kernel's output is the whole output
+            return paged_attention(query, kv_cache[0], kv_cache[1], self_md.decode_block_tables,
+                                   self_md.decode_seq_lens, scale, self_md.max_decode_seq_len)
         output = torch.empty_like(query)
-        if metadata.num_prefills:
-            prefill_key, prefill_value = key[:num_prefill_tokens], value[:num_prefill_tokens]
-            if self_md.prefill_block_tables is not None:
-                prefill_key, prefill_value = _gather_context(kv_cache, self_md.prefill_block_tables,
-                                                             self_md.prefill_bias)
-            output[:num_prefill_tokens] = self.prefill_attention(
-                query[:num_prefill_tokens], prefill_key, prefill_value, self_md.prefill_bias, scale)
+        prefill_key, prefill_value = key[:num_prefill_tokens], value[:num_prefill_tokens]
+        if self_md.prefill_block_tables is not None:
+            prefill_key, prefill_value = _gather_context(kv_cache, self_md.prefill_block_tables, self_md.prefill_bias)
+        output[:num_prefill_tokens] = self.prefill_attention(
+            query[:num_prefill_tokens], prefill_key, prefill_value, self_md.prefill_bias, scale)
         if metadata.num_decode_tokens:
             output[num_prefill_tokens:] = paged_attention(
                 query[num_prefill_tokens:], kv_cache[0], kv_cache[1], self_md.decode_block_tables,
@@ -112,10 +113,12 @@ class TorchAttentionBackend:
         if key is not None and kv_cache is not None:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], cross_md.cross_slot_mapping)
         num_prefill_tokens = metadata.num_prefill_tokens
+        if not metadata.num_prefills:
+            return paged_attention(query, kv_cache[0], kv_cache[1], cross_md.decode_block_tables,
+                                   cross_md.decode_encoder_lens, scale, cross_md.max_decode_encoder_len)
         output = torch.empty_like(query)
-        if metadata.num_prefills:
-            output[:num_prefill_tokens] = self.prefill_attention(
-                query[:num_prefill_tokens], key, value, cross_md.prefill_bias, scale)
+        output[:num_prefill_tokens] = self.prefill_attention(
+            query[:num_prefill_tokens], key, value, cross_md.prefill_bias, scale)
         if metadata.num_decode_tokens:
             output[num_prefill_tokens:] = paged_attention(
                 query[num_prefill_tokens:], kv_cache[0], kv_cache[1], cross_md.decode_block_tables,
