@@ -10,7 +10,7 @@ from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
 
-from .utils import WeightLoader, as_kv_cache_list, get_activation
+from .utils import WeightLoader, as_kv_cache_list, fused_qkv_attention, get_activation, head_dim_of
 
 _CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -20,20 +20,16 @@ class GPT2Attention(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.num_heads = config.num_attention_heads
-        self.head_dim = hidden // self.num_heads
-        if self.head_dim * self.num_heads != hidden:
-            raise ValueError(f"hidden size {hidden} is not divisible by {self.num_heads} heads")
+        self.head_dim = head_dim_of(hidden, self.num_heads)
         scale = self.head_dim ** -0.5 if getattr(config, "scale_attn_weights", True) else 1.0
         if getattr(config, "scale_attn_by_inverse_layer_idx", False):
             scale /= float(layer_idx + 1)
-        self.hidden = hidden
         self.c_attn = nn.Linear(hidden, 3 * hidden)
         self.c_proj = nn.Linear(hidden, hidden)
         self.attn = Attention(self.num_heads, self.head_dim, scale, self.num_heads, AttentionType.DECODER)
 
     def forward(self, hidden_states, kv_cache, attn_metadata):
-        q, k, v = self.c_attn(hidden_states).split(self.hidden, dim=-1)
-        return self.c_proj(self.attn(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache, attn_metadata))
+        return self.c_proj(fused_qkv_attention(self.c_attn(hidden_states), self.attn, kv_cache, attn_metadata))
 
 
 class GPT2MLP(nn.Module):

@@ -10,7 +10,7 @@ from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
 
-from .utils import WeightLoader, as_kv_cache_list, get_activation
+from .utils import WeightLoader, as_kv_cache_list, fused_qkv_attention, get_activation, head_dim_of
 
 POSITION_OFFSET = 2  # OPT's learned positional embedding table starts at index 2
 _QKV = (("self_attn.q_proj.", 0), ("self_attn.k_proj.", 1), ("self_attn.v_proj.", 2))
@@ -21,19 +21,15 @@ class OPTAttention(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.num_heads = config.num_attention_heads
-        self.head_dim = hidden // self.num_heads
-        if self.head_dim * self.num_heads != hidden:
-            raise ValueError(f"hidden size {hidden} is not divisible by {self.num_heads} heads")
+        self.head_dim = head_dim_of(hidden, self.num_heads)
         bias = bool(getattr(config, "enable_bias", True))
-        self.hidden = hidden
         self.qkv_proj = nn.Linear(hidden, 3 * hidden, bias=bias)
         self.out_proj = nn.Linear(hidden, hidden, bias=bias)
         self.attn = Attention(self.num_heads, self.head_dim, self.head_dim ** -0.5, self.num_heads,
                               AttentionType.DECODER)
 
     def forward(self, hidden_states, kv_cache, attn_metadata):
-        q, k, v = self.qkv_proj(hidden_states).split(self.hidden, dim=-1)
-        return self.out_proj(self.attn(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache, attn_metadata))
+        return self.out_proj(fused_qkv_attention(self.qkv_proj(hidden_states), self.attn, kv_cache, attn_metadata))
 
 
 class OPTDecoderLayer(nn.Module):

@@ -153,6 +153,19 @@ def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         raise ValueError(f"unsupported activation {name!r}; supported: {sorted(_ACTIVATIONS)}") from None
 
 
+def head_dim_of(hidden_size: int, num_heads: int) -> int:
+    """hidden_size // num_heads, refusing a hidden size that the heads do not divide."""
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden size {hidden_size} is not divisible by {num_heads} heads")
+    return hidden_size // num_heads
+
+
+def fused_qkv_attention(qkv: torch.Tensor, attn: nn.Module, kv_cache, attn_metadata) -> torch.Tensor:
+    """The Attention layer over the output of a fused [q | k | v] projection of three equal widths."""
+    q, k, v = qkv.chunk(3, dim=-1)
+    return attn(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache, attn_metadata)
+
+
 def as_kv_cache_list(kv_caches, num_layers: int):
     """`kv_caches` as a list of one entry per layer (None entries when the caller passed None)."""
     if kv_caches is None:

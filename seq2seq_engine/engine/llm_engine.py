@@ -14,13 +14,13 @@ from seq2seq_engine.audio import HOP_LENGTH, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import EngineConfig
 from seq2seq_engine.core.scheduler import Scheduler
+from seq2seq_engine.cpu_memory import tune_malloc
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.output_processor import OutputProcessor
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
-from seq2seq_engine.cpu_memory import tune_malloc
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader import load_model
 from seq2seq_engine.model_resolver import resolve_model_path
