@@ -58,3 +58,17 @@ def bart_with_tokenizer(tmp_path_factory, spm_bart_tokenizer):
                                            vocab_size=len(spm_bart_tokenizer))
     spm_bart_tokenizer.save_pretrained(model_dir)
     return model_dir, hf_model, transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+
+
+@pytest.fixture(params=["native", "torch"])
+def kernel_path(request, monkeypatch):
+    """Run a kernel test through the compiled native CPU kernels and through the torch fallback."""
+    from seq2seq_engine.kernels import native
+
+    monkeypatch.setenv(native.NATIVE_ENV, "1" if request.param == "native" else "0")
+    native.load_library.cache_clear()
+    if request.param == "native":
+        for library in ("paged_attention_cpu", "fused_ops_cpu"):
+            assert native.load_library(library) is not None, f"the native kernel {library} must build here"
+    yield request.param
+    native.load_library.cache_clear()

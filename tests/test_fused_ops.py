@@ -9,17 +9,6 @@ from seq2seq_engine.kernels import native, native_fused
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-@pytest.fixture(params=["native", "torch"])
-def fused_path(request, monkeypatch):
-    """Run a test through the compiled kernels and through the torch fallback."""
-    monkeypatch.setenv(native.NATIVE_ENV, "1" if request.param == "native" else "0")
-    native.load_library.cache_clear()
-    if request.param == "native":
-        assert native.load_library("fused_ops_cpu") is not None, "the native kernels must build here"
-    yield request.param
-    native.load_library.cache_clear()
-
-
 def _randn(seed, *shape, dtype=torch.float32, scale=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
 
@@ -37,7 +26,7 @@ def _assert_close(actual, expected, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 7, 200])  # 200 x 576 crosses the kernels' threading threshold
 @pytest.mark.parametrize("with_residual", [False, True])
-def test_rms_norm_matches_hf(fused_path, dtype, rows, with_residual):
+def test_rms_norm_matches_hf(kernel_path, dtype, rows, with_residual):
     width, eps = 576, 1e-5
     hf = LlamaRMSNorm(width, eps=eps)
     hf.weight.data = _randn(1, width, scale=0.5) + 1.0
@@ -57,7 +46,7 @@ def test_rms_norm_matches_hf(fused_path, dtype, rows, with_residual):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens,num_heads,num_kv_heads,head_dim", [(5, 4, 4, 32), (64, 9, 3, 64), (300, 8, 1, 128)])
-def test_rotary_matches_hf(fused_path, dtype, tokens, num_heads, num_kv_heads, head_dim):
+def test_rotary_matches_hf(kernel_path, dtype, tokens, num_heads, num_kv_heads, head_dim):
     q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
     qkv = _randn(4, tokens, q_size + 2 * kv_size, dtype=dtype, scale=2.0)
     positions = torch.randint(0, 4000, (tokens,), generator=torch.Generator().manual_seed(5))
@@ -78,7 +67,7 @@ def test_rotary_matches_hf(fused_path, dtype, tokens, num_heads, num_kv_heads, h
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens,width", [(1, 64), (64, 1536), (100, 1000)])
-def test_silu_and_mul_matches_hf(fused_path, dtype, tokens, width):
+def test_silu_and_mul_matches_hf(kernel_path, dtype, tokens, width):
     gate_up = _randn(6, tokens, 2 * width, dtype=dtype, scale=4.0)
     expected = ACT2FN["silu"](gate_up[:, :width]) * gate_up[:, width:]
     _assert_close(native_fused.silu_and_mul(gate_up), expected, dtype)

@@ -17,17 +17,6 @@ from seq2seq_engine.kernels.reference import (
 HEAD_CONFIGS = [(4, 4), (9, 3), (8, 1)]  # (num_heads, num_kv_heads): MHA, GQA, MQA
 
 
-@pytest.fixture(params=["native", "torch"])
-def kernel_path(request, monkeypatch):
-    """Run a paged-attention test through the native CPU kernel and through the torch path."""
-    monkeypatch.setenv(native.NATIVE_ENV, "1" if request.param == "native" else "0")
-    native.load_library.cache_clear()
-    if request.param == "native":
-        assert native.load_library("paged_attention_cpu") is not None, "the native kernel must build here"
-    yield request.param
-    native.load_library.cache_clear()
-
-
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
