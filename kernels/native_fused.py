@@ -22,7 +22,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
              residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(weight * RMSNorm(h), h) with h = x + residual, or (weight * RMSNorm(x), None) without a residual.
 
-    x may be a row-strided view; residual must be contiguous and shaped like x."""
+    x may be a row-strided view; residual must be shaped like x."""
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"rms_norm: residual shape {tuple(residual.shape)} differs from input {tuple(x.shape)}")
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"rms_norm: weight shape {tuple(weight.shape)} does not match hidden size {x.shape[-1]}")
     library = _library_for(x, weight, *(() if residual is None else (residual,)))
     if library is None or (residual is not None and not residual.is_contiguous()):
         return _rms_norm_torch(x, weight, eps, residual)
@@ -40,6 +44,10 @@ def rotary_neox(x: torch.Tensor, column: int, num_heads: int, head_dim: int, cos
     """Neox-rotated heads ``x[:, column : column + num_heads * head_dim]`` as a contiguous [T, num_heads * head_dim]
     tensor; cos/sin are [T, head_dim] in x's dtype (halves repeated)."""
     width = num_heads * head_dim
+    if x.shape[-1] < column + width or cos.shape != (x.shape[0], head_dim) or sin.shape != cos.shape:
+        raise ValueError(f"rotary_neox: {num_heads} heads of {head_dim} from column {column} need input columns "
+                         f">= {column + width} (got {x.shape[-1]}) and cos/sin [{x.shape[0]}, {head_dim}] "
+                         f"(got {tuple(cos.shape)} / {tuple(sin.shape)})")
     library = _library_for(x, cos, sin)
     if library is None or not (cos.is_contiguous() and sin.is_contiguous()):
         return _rotary_torch(x[:, column:column + width], num_heads, head_dim, cos, sin)
@@ -53,6 +61,8 @@ def rotary_neox(x: torch.Tensor, column: int, num_heads: int, head_dim: int, cos
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up = [gate | up] along the last dimension."""
+    if gate_up.shape[-1] % 2:
+        raise ValueError(f"silu_and_mul: the last dimension ({gate_up.shape[-1]}) must hold gate and up halves")
     library = _library_for(gate_up)
     if library is None or not gate_up.is_contiguous():
         gate, up = gate_up.chunk(2, dim=-1)

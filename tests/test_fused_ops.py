@@ -101,3 +101,18 @@ def test_native_rms_norm_propagates_nan_per_row(monkeypatch):
     out, _ = native_fused.rms_norm(x, torch.ones(64), 1e-6)
     assert torch.isnan(out[1]).all() and torch.isfinite(out[[0, 2]]).all()
     native.load_library.cache_clear()
+
+
+def test_mismatched_shapes_raise_value_error(kernel_path):
+    x = _randn(12, 4, 64)
+    with pytest.raises(ValueError, match="residual shape"):
+        native_fused.rms_norm(x, torch.ones(64), 1e-6, _randn(13, 3, 64))
+    with pytest.raises(ValueError, match="weight shape"):
+        native_fused.rms_norm(x, torch.ones(32), 1e-6)
+    with pytest.raises(ValueError, match="gate and up halves"):
+        native_fused.silu_and_mul(_randn(15, 4, 63))
+    cos = sin = _randn(14, 4, 16)
+    with pytest.raises(ValueError, match="need input columns"):
+        native_fused.rotary_neox(x, 32, 3, 16, cos, sin)  # columns 32..80 of a 64-wide input
+    with pytest.raises(ValueError, match="cos/sin"):
+        native_fused.rotary_neox(x, 0, 2, 16, cos[:3], sin[:3])
