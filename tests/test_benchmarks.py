@@ -2,6 +2,7 @@
 produces the same tokens (greedy and beam search) or transcripts as HF transformers on the same inputs."""
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from typing import Dict, List
@@ -100,3 +101,13 @@ def test_transcribe_quick_greedy():
     check_table(table, expected_rows())
     assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
     assert {r["clips"] for r in table} == {"4"}
+
+
+def test_step_times_quick_reports_prefill_and_decode_steps():
+    require_model("smollm2-135m")
+    stdout = run_script("step_times.py")
+    prefill = re.search(r"prefill step: ([0-9.]+) s", stdout)
+    decode = re.search(r"decode steps: median ([0-9.]+) ms, min ([0-9.]+), max ([0-9.]+) over (\d+) steps", stdout)
+    assert prefill and decode, stdout
+    assert float(prefill.group(1)) > 0 and int(decode.group(4)) == 3
+    assert 0 < float(decode.group(2)) <= float(decode.group(1)) <= float(decode.group(3))
