@@ -63,6 +63,20 @@ static int slot_of(const Job *job, const int32_t *table, int64_t position, int64
     return OK;
 }
 
+/* Walks the rows of a run, (sequence, query head) in order, keeping the kv head of the current query head without
+ * a division per row. */
+typedef struct {
+    int64_t head, kv_head, in_group;
+} HeadCursor;
+
+static inline void next_head(HeadCursor *cursor, int64_t num_heads, int64_t group) {
+    if (++cursor->in_group == group) {
+        cursor->in_group = 0;
+        cursor->kv_head++;
+    }
+    if (++cursor->head == num_heads) *cursor = (HeadCursor){0, 0, 0};
+}
+
 static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
     const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
     const float *q = job->query + run->first * job->num_heads * d;
@@ -70,8 +84,9 @@ static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
         int64_t slot;
         if (slot_of(job, run->table, t, &slot) != OK) return BAD_BLOCK;
         const float *keys = token_row(job, job->key_cache, slot, scratch->row);
-        for (int64_t r = 0; r < run->rows; r++) {
-            const float *k = keys + ((r % job->num_heads) / group) * d, *qr = q + r * d;
+        HeadCursor cursor = {0, 0, 0};
+        for (int64_t r = 0; r < run->rows; r++, next_head(&cursor, job->num_heads, group)) {
+            const float *k = keys + cursor.kv_head * d, *qr = q + r * d;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int64_t i = 0; i < d; i++) dot += qr[i] * k[i];
@@ -104,8 +119,9 @@ static void values_pass(const Job *job, const Run *run, Scratch *scratch) {
         int64_t slot = 0;
         slot_of(job, run->table, t, &slot); /* checked in scores_pass */
         const float *values = token_row(job, job->value_cache, slot, scratch->row);
-        for (int64_t r = 0; r < run->rows; r++) {
-            const float p = scratch->scores[r * run->context + t], *v = values + ((r % job->num_heads) / group) * d;
+        HeadCursor cursor = {0, 0, 0};
+        for (int64_t r = 0; r < run->rows; r++, next_head(&cursor, job->num_heads, group)) {
+            const float p = scratch->scores[r * run->context + t], *v = values + cursor.kv_head * d;
             float *o = out + r * d;
 #pragma omp simd
             for (int64_t i = 0; i < d; i++) o[i] += p * v[i];
