@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from typing import Optional
 
+import torch
+
 from seq2seq_engine.config import env_switch
 from seq2seq_engine.conversion_cache import cache_root
 
@@ -26,6 +28,15 @@ NATIVE_ENV = "SEQ2SEQ_ENGINE_NATIVE_KERNELS"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
 LINK_FLAGS = ["-lm"]
+
+
+# The dtype codes the C kernels take for their tensors (float32 0, bfloat16 1).
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def tensor_ptr(tensor: Optional[torch.Tensor]) -> ctypes.c_void_p:
+    """A tensor's data pointer for a C kernel argument (NULL for None)."""
+    return ctypes.c_void_p(tensor.data_ptr() if tensor is not None else None)
 
 
 def native_kernels_enabled() -> bool:

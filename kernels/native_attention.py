@@ -6,9 +6,8 @@ from typing import Optional
 
 import torch
 
-from .native import load_library
+from .native import DTYPE_CODES, load_library, tensor_ptr
 
-_CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _STATUS_ERRORS = {1: "a block table entry is outside the KV cache", 2: "out of memory in the native kernel"}
 _OVER_CAPACITY = 3
 
@@ -40,8 +39,8 @@ def native_paged_attention(
     lens = context_lens.to(torch.int32).contiguous()
     out = torch.empty(num_seqs, num_heads, head_size, dtype=torch.float32)
     status = library.paged_attention_f32(
-        _ptr(q), _ptr(key_cache), _ptr(value_cache), ctypes.c_int(_CACHE_DTYPES[key_cache.dtype]), _ptr(tables),
-        _ptr(lens), ctypes.c_float(scale), _ptr(out),
+        tensor_ptr(q), tensor_ptr(key_cache), tensor_ptr(value_cache), ctypes.c_int(DTYPE_CODES[key_cache.dtype]),
+        tensor_ptr(tables), tensor_ptr(lens), ctypes.c_float(scale), tensor_ptr(out),
         *(ctypes.c_int64(n) for n in (num_seqs, num_heads, num_kv_heads, head_size, block_size, tables.shape[1],
                                       num_blocks)),
         ctypes.c_int(torch.get_num_threads()))
@@ -56,10 +55,6 @@ def native_paged_attention(
 
 def _applies(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
     tensors = (query, key_cache, value_cache)
-    return (all(t.device.type == "cpu" for t in tensors) and key_cache.dtype in _CACHE_DTYPES
+    return (all(t.device.type == "cpu" for t in tensors) and key_cache.dtype in DTYPE_CODES
             and value_cache.dtype == key_cache.dtype and key_cache.is_contiguous() and value_cache.is_contiguous()
             and query.dtype in (torch.float32, torch.bfloat16, torch.float16) and query.shape[0] > 0)
-
-
-def _ptr(tensor: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(tensor.data_ptr())

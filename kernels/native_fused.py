@@ -13,9 +13,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .native import load_library
-
-_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+from .native import DTYPE_CODES, load_library, tensor_ptr
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -33,9 +31,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     rows, width = x.shape
     out = torch.empty(rows, width, dtype=x.dtype)
     summed = torch.empty_like(out) if residual is not None else None
-    library.rms_norm(_ptr(x), ctypes.c_int64(x.stride(0)), _ptr(residual), _ptr(summed), _ptr(weight), _ptr(out),
-                     ctypes.c_int64(rows), ctypes.c_int64(width), ctypes.c_float(eps),
-                     ctypes.c_int(_DTYPES[x.dtype]), ctypes.c_int(torch.get_num_threads()))
+    library.rms_norm(tensor_ptr(x), ctypes.c_int64(x.stride(0)), tensor_ptr(residual), tensor_ptr(summed),
+                     tensor_ptr(weight), tensor_ptr(out), ctypes.c_int64(rows), ctypes.c_int64(width),
+                     ctypes.c_float(eps), ctypes.c_int(DTYPE_CODES[x.dtype]), ctypes.c_int(torch.get_num_threads()))
     return out, summed
 
 
@@ -53,9 +51,10 @@ def rotary_neox(x: torch.Tensor, column: int, num_heads: int, head_dim: int, cos
         return _rotary_torch(x[:, column:column + width], num_heads, head_dim, cos, sin)
     tokens = x.shape[0]
     out = torch.empty(tokens, width, dtype=x.dtype)
-    library.rotary_neox(_ptr(x), ctypes.c_int64(x.stride(0)), ctypes.c_int64(column), _ptr(cos), _ptr(sin),
-                        _ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(num_heads), ctypes.c_int64(head_dim),
-                        ctypes.c_int(_DTYPES[x.dtype]), ctypes.c_int(torch.get_num_threads()))
+    library.rotary_neox(tensor_ptr(x), ctypes.c_int64(x.stride(0)), ctypes.c_int64(column), tensor_ptr(cos),
+                        tensor_ptr(sin), tensor_ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(num_heads),
+                        ctypes.c_int64(head_dim), ctypes.c_int(DTYPE_CODES[x.dtype]),
+                        ctypes.c_int(torch.get_num_threads()))
     return out
 
 
@@ -69,8 +68,8 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return F.silu(gate) * up
     tokens, width = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(tokens, width, dtype=gate_up.dtype)
-    library.silu_and_mul(_ptr(gate_up), _ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(width),
-                         ctypes.c_int(_DTYPES[gate_up.dtype]), ctypes.c_int(torch.get_num_threads()))
+    library.silu_and_mul(tensor_ptr(gate_up), tensor_ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(width),
+                         ctypes.c_int(DTYPE_CODES[gate_up.dtype]), ctypes.c_int(torch.get_num_threads()))
     return out
 
 
@@ -93,10 +92,6 @@ def _rotary_torch(x, num_heads, head_dim, cos, sin):
 def _library_for(*tensors: torch.Tensor) -> Optional[ctypes.CDLL]:
     first = tensors[0]
     if not all(t.device.type == "cpu" and t.dtype == first.dtype and t.dim() in (1, 2) and t.stride(-1) == 1
-               for t in tensors) or first.dtype not in _DTYPES or first.dim() != 2 or first.shape[0] == 0:
+               for t in tensors) or first.dtype not in DTYPE_CODES or first.dim() != 2 or first.shape[0] == 0:
         return None
     return load_library("fused_ops_cpu")
-
-
-def _ptr(tensor: Optional[torch.Tensor]) -> ctypes.c_void_p:
-    return ctypes.c_void_p(tensor.data_ptr() if tensor is not None else None)
