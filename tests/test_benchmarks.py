@@ -111,3 +111,26 @@ def test_step_times_quick_reports_prefill_and_decode_steps():
     assert prefill and decode, stdout
     assert float(prefill.group(1)) > 0 and int(decode.group(4)) == 3
     assert 0 < float(decode.group(2)) <= float(decode.group(1)) <= float(decode.group(3))
+
+
+def test_matmul_floor_step_plan_packs_prompts_then_decodes_live_requests():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from matmul_floor import step_plan
+    # prompts of 3 and 4 tokens fit a budget of 8 together, the 5-token one does not; requests want 2, 3, 1 tokens.
+    # Decode step g (token g+1) runs the requests wanting more than g tokens, each reading prompt + g cached tokens.
+    plan = step_plan([[7] * 3, [7] * 4, [7] * 5], [2, 3, 1], budget=8)
+    assert plan == [(7, 2, 0), (5, 1, 0), (2, 2, (3 + 1) + (4 + 1)), (1, 1, 4 + 2)]
+    assert step_plan([[7] * 9], [1], budget=8) == [(9, 1, 0)]  # a prompt longer than the budget still runs alone
+
+
+def test_matmul_floor_quick_reports_every_engine():
+    require_model("smollm2-135m")
+    stdout = run_script("matmul_floor.py")
+    (table,) = parse_tables(stdout)
+    walls = {r["engine"]: float(r["wall s (best)"]) for r in table}
+    assert set(walls) == {"floor", "floor-kv", "hf", "ours"}, table
+    assert min(walls.values()) > 0
+    for name in ("floor", "floor-kv"):  # one prefill step and 15 decode steps, as the engine runs them
+        assert re.search(name + r": 16 steps, prefill [0-9.]+ s, decode [0-9.]+ s", stdout), stdout
+        ratio = re.search(f"HF / {name} = " + r"([0-9.]+)x", stdout)
+        assert ratio and abs(float(ratio.group(1)) - walls["hf"] / walls[name]) < 0.02, stdout
