@@ -26,7 +26,7 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import torch  # noqa: E402
 
 import throughput  # noqa: E402
-from common import EngineRun, print_markdown, print_run_header, timed_run, try_isolated  # noqa: E402
+from common import EngineRun, agreement, print_markdown, print_run_header, timed_run, try_isolated  # noqa: E402
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
 from seq2seq_engine.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 from seq2seq_engine.model_loader import load_model  # noqa: E402
@@ -117,7 +117,9 @@ def report(runs: Dict[str, EngineRun]) -> None:
                   f"float32 weight matmuls run at torch's rate can reach"
                   + (", reading its K/V cache once a step" if name == "floor-kv" else ""))
     if ours and hf:
-        print(f"ours vs HF = {hf.wall / ours.wall:.2f}x")
+        same, prefix = agreement(hf.outputs, ours.outputs)
+        print(f"ours vs HF = {hf.wall / ours.wall:.2f}x; same tokens as HF: {same:.0%} of the requests "
+              f"(common prefix {prefix:.1%})")
     if ours and floor:
         print(f"ours spends {ours.wall - floor.wall:.2f} s ({1 - floor.wall / ours.wall:.0%} of its wall time) "
               f"outside the weight matmuls")

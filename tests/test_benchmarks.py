@@ -134,3 +134,4 @@ def test_matmul_floor_quick_reports_every_engine():
         assert re.search(name + r": 16 steps, prefill [0-9.]+ s, decode [0-9.]+ s", stdout), stdout
         ratio = re.search(f"HF / {name} = " + r"([0-9.]+)x", stdout)
         assert ratio and abs(float(ratio.group(1)) - walls["hf"] / walls[name]) < 0.02, stdout
+    assert re.search(r"ours vs HF = [0-9.]+x; same tokens as HF: 100% of the requests", stdout), stdout
