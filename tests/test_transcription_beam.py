@@ -13,12 +13,7 @@ from seq2seq_engine.audio import load_audio
 from seq2seq_engine.transcription import pipeline as pipeline_module
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _resolve(name):
