@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 OURS = "ours"  # the engine label of this engine's rows; every other label is a peer
 
@@ -137,6 +137,43 @@ def try_isolated(failures: List[str], label: str, target: Callable[..., EngineRu
           f"RSS after load {run.load_rss_mib:.0f} MiB, run peak {run.run_peak_rss_mib:.0f} MiB, process peak "
           f"{run.peak_rss_mib:.0f} MiB", flush=True)
     return run
+
+
+@dataclasses.dataclass
+class EngineSpec:
+    label: str                              # as printed: "ours float32", "hf float32", "ct2 int8"
+    target: Callable[..., EngineRun]        # a module-level function run in a child process
+    args: tuple
+
+
+def merge_runs(previous: Optional[EngineRun], run: EngineRun) -> EngineRun:
+    """One engine's runs from two rounds as one: the faster run's wall time and outputs, every wall time, the
+    higher memory peaks."""
+    if previous is None:
+        return run
+    faster = run if run.wall < previous.wall else previous
+    return dataclasses.replace(faster, walls=previous.walls + run.walls,
+                               run_peak_rss_mib=max(previous.run_peak_rss_mib, run.run_peak_rss_mib),
+                               peak_rss_mib=max(previous.peak_rss_mib, run.peak_rss_mib))
+
+
+def run_rounds(specs: List[EngineSpec], rounds: int, failures: List[str]) -> List[EngineRun]:
+    """Every engine once per round, the rounds one after the other (A, B, C, A, B, C, ...): a slow phase of a shared
+    machine then falls on every engine instead of on whichever ran during it. Per engine, the fastest run over
+    all rounds is reported (every wall time kept); an engine that fails is not run again."""
+    merged: Dict[str, EngineRun] = {}
+    failed = set()
+    for round_index in range(max(rounds, 1)):
+        for spec in specs:
+            if spec.label in failed:
+                continue
+            suffix = f" (round {round_index + 1}/{rounds})" if rounds > 1 else ""
+            run = try_isolated(failures, spec.label + suffix, spec.target, *spec.args)
+            if run is None:
+                failed.add(spec.label)
+            else:
+                merged[spec.label] = merge_runs(merged.get(spec.label), run)
+    return [merged[spec.label] for spec in specs if spec.label in merged]
 
 
 def ct2_installed() -> bool:

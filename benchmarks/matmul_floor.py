@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/matmul_floor.py              # SmolLM2-135M, 64 chat prompts, 128 new tokens
     .venv/bin/python benchmarks/matmul_floor.py --repeat 2   # fastest of two timed runs per engine
+    .venv/bin/python benchmarks/matmul_floor.py --rounds 3   # every engine 3 times, interleaved
     .venv/bin/python benchmarks/matmul_floor.py --quick      # smoke run: 8 prompts, 16 new tokens
 
 "floor" replays only the weight matmuls this engine performs for the workload (its fused q/k/v and gate/up
@@ -26,7 +27,8 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import torch  # noqa: E402
 
 import throughput  # noqa: E402
-from common import EngineRun, agreement, print_markdown, print_run_header, timed_run, try_isolated  # noqa: E402
+from common import (EngineRun, EngineSpec, agreement, print_markdown, print_run_header, run_rounds,  # noqa: E402
+                    timed_run)
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
 from seq2seq_engine.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 from seq2seq_engine.model_loader import load_model  # noqa: E402
@@ -131,6 +133,8 @@ def main(argv=None) -> int:
     parser.add_argument("--engines", default="floor,floor-kv,hf,ours", help="comma list of floor, floor-kv, hf, ours")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 prompts, 16 new tokens")
     args = parser.parse_args(argv)
     print_run_header(args.threads)
@@ -139,16 +143,14 @@ def main(argv=None) -> int:
     job = throughput.build_job("smollm2", job_args, "")
     print(f"smollm2: {len(job.prompts)} prompts, {sum(map(len, job.prompts))} prompt tokens, "
           f"{max(job.lengths)} new tokens each", flush=True)
-    targets = {"floor": (run_floor, job), "floor-kv": (run_floor, job, True), "hf": (run_hf, job),
-               "ours": (run_ours, job, "float32")}
-    runs: Dict[str, EngineRun] = {}
+    targets = {"floor": (run_floor, (job,)), "floor-kv": (run_floor, (job, True)), "hf": (run_hf, (job,)),
+               "ours": (run_ours, (job, "float32"))}
+    unknown = [name for name in args.engines.split(",") if name not in targets]
+    if unknown:
+        raise SystemExit(f"unknown engine {unknown[0]!r}: choose from {', '.join(targets)}")
+    specs = [EngineSpec(name, *targets[name]) for name in args.engines.split(",")]
     failures: List[str] = []
-    for name in args.engines.split(","):
-        if name not in targets:
-            raise SystemExit(f"unknown engine {name!r}: choose from {', '.join(targets)}")
-        run = try_isolated(failures, name, *targets[name])
-        if run is not None:
-            runs[name] = run
+    runs = {run.engine: run for run in run_rounds(specs, args.rounds, failures)}  # engine: floor, floor-kv, hf, ours
     report(runs)
     for failure in failures:
         print(f"FAILED: {failure}")

@@ -3,6 +3,7 @@ inputs, same output lengths, one command (each engine in its own child process; 
 
     .venv/bin/python benchmarks/throughput.py                          # bart and smollm2, greedy
     .venv/bin/python benchmarks/throughput.py --workload bart --beam 4
+    .venv/bin/python benchmarks/throughput.py --workload smollm2 --engines ours,hf --rounds 3   # interleaved
     .venv/bin/python benchmarks/throughput.py --quick                  # smoke run, small sizes
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from common import EngineRun, ct2_installed, print_run_header, speed_table, try_isolated  # noqa: E402
+from common import EngineRun, EngineSpec, ct2_installed, print_run_header, run_rounds, speed_table  # noqa: E402
 from gen_engines import GenJob, run_ct2, run_hf, run_ours  # noqa: E402
 from seq2seq_engine.model_resolver import resolve_model_path  # noqa: E402
 
@@ -49,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-prompts", type=int, default=0, help="override the workload's request count")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed 2-request warm-up")
     parser.add_argument("--hf-batch-size", type=int, default=-1,
                         help="documents per HF generate() call (0: all; default: 64 // beam)")
@@ -160,19 +163,19 @@ def build_job(name: str, args: argparse.Namespace, tmp: str) -> GenJob:
 def run_workload(name: str, args: argparse.Namespace, tmp: str) -> Tuple[GenJob, List[EngineRun], List[str]]:
     job = build_job(name, args, os.path.join(tmp, name))
     engines = args.engines.split(",")
-    runs: List[EngineRun] = []
-    failures: List[str] = []
+    specs: List[EngineSpec] = []
     for dtype in args.ours_dtypes.split(",") if "ours" in engines else []:
-        runs.append(try_isolated(failures, f"ours {dtype}", run_ours, job, dtype))
+        specs.append(EngineSpec(f"ours {dtype}", run_ours, (job, dtype)))
     if "hf" in engines:
-        runs.append(try_isolated(failures, "hf float32", run_hf, job))
+        specs.append(EngineSpec("hf float32", run_hf, (job,)))
     if "ct2" in engines and not ct2_installed():
         print("  ct2: ctranslate2 is not installed, skipped", flush=True)
     elif "ct2" in engines:
         job.ct2_dir = convert_ct2(job.model_dir, os.path.join(tmp, name))
         for compute_type in args.ct2_dtypes.split(","):
-            runs.append(try_isolated(failures, f"ct2 {compute_type}", run_ct2, job, compute_type))
-    return job, [r for r in runs if r is not None], failures
+            specs.append(EngineSpec(f"ct2 {compute_type}", run_ct2, (job, compute_type)))
+    failures: List[str] = []
+    return job, run_rounds(specs, args.rounds, failures), failures
 
 
 def print_report(name: str, job: GenJob, runs: List[EngineRun], failures: List[str]) -> None:

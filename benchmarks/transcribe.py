@@ -22,7 +22,7 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import transformers  # noqa: E402
 from wer import corpus_wer  # noqa: E402
 
-from common import EngineRun, ct2_installed, print_run_header, speed_table, try_isolated  # noqa: E402
+from common import EngineRun, EngineSpec, ct2_installed, print_run_header, run_rounds, speed_table  # noqa: E402
 from seq2seq_engine.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from seq2seq_engine.model_resolver import resolve_model_path  # noqa: E402
 from whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours  # noqa: E402
@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed one-clip warm-up")
     parser.add_argument("--show-texts", action="store_true", help="print every clip's transcripts")
     parser.add_argument("--quick", action="store_true",
@@ -134,22 +136,23 @@ def resolve_language(args, multilingual: bool) -> Optional[str]:
 
 def run_engines(args: argparse.Namespace, job: WhisperJob) -> List[EngineRun]:
     engines = args.engines.split(",")
-    runs: List[Optional[EngineRun]] = []
-    failures: List[str] = []
+    specs: List[EngineSpec] = []
     for dtype in args.ours_dtypes.split(",") if "ours" in engines else []:
-        runs.append(try_isolated(failures, f"ours {dtype}", run_ours, job, dtype))
+        specs.append(EngineSpec(f"ours {dtype}", run_ours, (job, dtype)))
     if "hf" in engines:
-        runs.append(try_isolated(failures, "hf float32", run_hf, job))
+        specs.append(EngineSpec("hf float32", run_hf, (job,)))
     if "hf-longform" in engines:
-        runs.append(try_isolated(failures, "hf-longform float32", run_hf_longform, job))
+        specs.append(EngineSpec("hf-longform float32", run_hf_longform, (job,)))
     if "ct2" in engines and not ct2_installed():
         print("  ct2: ctranslate2 is not installed, skipped", flush=True)
     elif "ct2" in engines:
         for compute_type in args.ct2_dtypes.split(","):
-            runs.append(try_isolated(failures, f"ct2 {compute_type}", run_ct2, job, compute_type))
+            specs.append(EngineSpec(f"ct2 {compute_type}", run_ct2, (job, compute_type)))
+    failures: List[str] = []
+    runs = run_rounds(specs, args.rounds, failures)
     for failure in failures:
         print(f"FAILED: {failure}")
-    return [r for r in runs if r is not None]
+    return runs
 
 
 def main(argv=None) -> int:

@@ -125,9 +125,14 @@ def test_matmul_floor_step_plan_packs_prompts_then_decodes_live_requests():
 
 def test_matmul_floor_quick_reports_every_engine():
     require_model("smollm2-135m")
-    stdout = run_script("matmul_floor.py")
+    stdout = run_script("matmul_floor.py", "--rounds", "2")
     (table,) = parse_tables(stdout)
     walls = {r["engine"]: float(r["wall s (best)"]) for r in table}
+    for r in table:  # two interleaved rounds: two timed runs per engine, the faster one reported
+        runs = [float(w) for w in r["every timed run"].split(" / ")]
+        assert len(runs) == 2 and min(runs) == float(r["wall s (best)"]), table
+    assert re.search(r"running floor \(round 1/2\) .*running hf \(round 1/2\) .*running floor \(round 2/2\)",
+                     stdout, re.S), stdout
     assert set(walls) == {"floor", "floor-kv", "hf", "ours"}, table
     assert min(walls.values()) > 0
     for name in ("floor", "floor-kv"):  # one prefill step and 15 decode steps, as the engine runs them
@@ -135,3 +140,13 @@ def test_matmul_floor_quick_reports_every_engine():
         ratio = re.search(f"HF / {name} = " + r"([0-9.]+)x", stdout)
         assert ratio and abs(float(ratio.group(1)) - walls["hf"] / walls[name]) < 0.02, stdout
     assert re.search(r"ours vs HF = [0-9.]+x; same tokens as HF: 100% of the requests", stdout), stdout
+
+
+def test_merge_runs_keeps_the_faster_run_every_wall_and_the_higher_peaks():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from common import EngineRun, merge_runs
+    first = EngineRun("ours", "float32", 3.0, [[1]], 100.0, 200.0, 300.0, walls=[3.0, 3.5])
+    second = EngineRun("ours", "float32", 2.5, [[2]], 110.0, 150.0, 320.0, walls=[2.5])
+    merged = merge_runs(merge_runs(None, first), second)
+    assert (merged.wall, merged.outputs, merged.walls) == (2.5, [[2]], [3.0, 3.5, 2.5])
+    assert (merged.run_peak_rss_mib, merged.peak_rss_mib) == (200.0, 320.0)
