@@ -139,6 +139,13 @@ def try_isolated(failures: List[str], label: str, target: Callable[..., EngineRu
     return run
 
 
+def add_timing_args(parser: Any) -> None:
+    """--repeat and --rounds, the same in every script that compares engines."""
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
+
+
 @dataclasses.dataclass
 class EngineSpec:
     label: str                              # as printed: "ours float32", "hf float32", "ct2 int8"

@@ -27,11 +27,12 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import torch  # noqa: E402
 
 import throughput  # noqa: E402
-from common import (EngineRun, EngineSpec, agreement, print_markdown, print_run_header, run_rounds,  # noqa: E402
-                    timed_run)
+from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_markdown, print_run_header,  # noqa: E402
+                    run_rounds, timed_run)
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
 from seq2seq_engine.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 from seq2seq_engine.model_loader import load_model  # noqa: E402
+
 
 class Step(NamedTuple):
     rows: int         # token rows through the decoder layers
@@ -132,9 +133,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default="floor,floor-kv,hf,ours", help="comma list of floor, floor-kv, hf, ours")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
+    add_timing_args(parser)
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 prompts, 16 new tokens")
     args = parser.parse_args(argv)
     print_run_header(args.threads)

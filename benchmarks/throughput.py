@@ -21,7 +21,8 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from common import EngineRun, EngineSpec, ct2_installed, print_run_header, run_rounds, speed_table  # noqa: E402
+from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header, run_rounds,  # noqa: E402
+                    speed_table)
 from gen_engines import GenJob, run_ct2, run_hf, run_ours  # noqa: E402
 from seq2seq_engine.model_resolver import resolve_model_path  # noqa: E402
 
@@ -49,9 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--num-prompts", type=int, default=0, help="override the workload's request count")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
-    parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
+    add_timing_args(parser)
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed 2-request warm-up")
     parser.add_argument("--hf-batch-size", type=int, default=-1,
                         help="documents per HF generate() call (0: all; default: 64 // beam)")

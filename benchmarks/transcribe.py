@@ -22,7 +22,8 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 import transformers  # noqa: E402
 from wer import corpus_wer  # noqa: E402
 
-from common import EngineRun, EngineSpec, ct2_installed, print_run_header, run_rounds, speed_table  # noqa: E402
+from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header, run_rounds,  # noqa: E402
+                    speed_table)
 from seq2seq_engine.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from seq2seq_engine.model_resolver import resolve_model_path  # noqa: E402
 from whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours  # noqa: E402
@@ -53,9 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ours-dtypes", default="float32,bfloat16")
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
-    parser.add_argument("--repeat", type=int, default=1, help="timed runs per engine; the fastest is reported")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every engine this many times, interleaved (a fresh process each); the fastest counts")
+    add_timing_args(parser)
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed one-clip warm-up")
     parser.add_argument("--show-texts", action="store_true", help="print every clip's transcripts")
     parser.add_argument("--quick", action="store_true",
