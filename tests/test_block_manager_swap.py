@@ -36,6 +36,20 @@ def _check_swap(bm, group, before, after, mapping, src_dev, dst_dev):
     assert all(b.device == dst_dev for b in cross_after)
 
 
+def _swap_and_check(bm, group, to_cpu: bool):
+    """swap_out (to_cpu) or swap_in the group, move its sequences' status along as the scheduler does, and check the
+    mapping with _check_swap; returns (snapshot before, snapshot after, mapping)."""
+    before = _snapshot(bm, group)
+    mapping = bm.swap_out(group) if to_cpu else bm.swap_in(group)
+    old, new = ((SequenceStatus.RUNNING, SequenceStatus.SWAPPED) if to_cpu
+                else (SequenceStatus.SWAPPED, SequenceStatus.RUNNING))
+    for seq in group.get_seqs(old):
+        seq.status = new
+    after = _snapshot(bm, group)
+    _check_swap(bm, group, before, after, mapping, *((Device.GPU, Device.CPU) if to_cpu else (Device.CPU, Device.GPU)))
+    return before, after, mapping
+
+
 def test_swap_out_and_in_round_trip():
     bm = make_manager()
     other = make_group("other", 4, 4)  # occupies GPU blocks 0, 1
@@ -53,13 +67,8 @@ def test_swap_out_and_in_round_trip():
     assert gpu_free == NUM_GPU - 2 - 6
 
     assert bm.can_swap_out(g)
-    before = _snapshot(bm, g)
-    mapping = bm.swap_out(g)
-    for s in g.get_seqs(SequenceStatus.RUNNING):
-        s.status = SequenceStatus.SWAPPED
-    after = _snapshot(bm, g)
+    before, _, mapping = _swap_and_check(bm, g, to_cpu=True)
     assert len(mapping) == 6
-    _check_swap(bm, g, before, after, mapping, Device.GPU, Device.CPU)
     assert bm.get_num_free_gpu_blocks() == gpu_free + 6
     assert bm.get_num_free_cpu_blocks() == NUM_CPU - 6
     assert all(0 <= d < NUM_CPU for _, d in mapping)
@@ -71,13 +80,8 @@ def test_swap_out_and_in_round_trip():
     assert bm.get_block_table(other.first_seq) == [0] and bm.get_cross_block_table(other) == [1]
 
     assert bm.can_swap_in(g) == AllocStatus.OK
-    before_in = _snapshot(bm, g)
-    mapping_in = bm.swap_in(g)
-    for s in g.get_seqs(SequenceStatus.SWAPPED):
-        s.status = SequenceStatus.RUNNING
-    after_in = _snapshot(bm, g)
+    _, after_in, mapping_in = _swap_and_check(bm, g, to_cpu=False)
     assert len(mapping_in) == 6
-    _check_swap(bm, g, before_in, after_in, mapping_in, Device.CPU, Device.GPU)
     assert bm.get_num_free_gpu_blocks() == gpu_free
     assert bm.get_num_free_cpu_blocks() == NUM_CPU
     # The composite mapping sends every original block's contents to a GPU block in the same table position.
