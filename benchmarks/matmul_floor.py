@@ -30,8 +30,8 @@ import throughput  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_markdown, print_run_header,  # noqa: E402
                     run_rounds, timed_run)
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
-from seq2seq_engine.cpu_memory import cpu_max_batched_tokens  # noqa: E402
-from seq2seq_engine.model_loader import load_model  # noqa: E402
+from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
+from seq2seq_engine.model_loader.loader import load_model  # noqa: E402
 
 
 class Step(NamedTuple):

@@ -19,7 +19,7 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 import torch
 
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-from seq2seq_engine.model_resolver import resolve_model_path
+from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from throughput import chat_prompts  # noqa: E402

@@ -24,7 +24,7 @@ import transformers  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header, run_rounds,  # noqa: E402
                     speed_table)
 from gen_engines import GenJob, run_ct2, run_hf, run_ours  # noqa: E402
-from seq2seq_engine.model_resolver import resolve_model_path  # noqa: E402
+from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
 FIRST_ID = 3  # random prompt ids avoid the special tokens 0 (bos), 1 (pad), 2 (eos / decoder start)
 

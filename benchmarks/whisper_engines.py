@@ -16,7 +16,7 @@ import transformers
 from common import EngineRun, timed_run
 from seq2seq_engine import LLM
 from seq2seq_engine.audio import SAMPLE_RATE, is_silent
-from seq2seq_engine.model_resolver import SHORT_NAMES, _packaged_ct2
+from seq2seq_engine.model_loader.resolver import SHORT_NAMES, _packaged_ct2
 
 WINDOW = 30 * SAMPLE_RATE
 MAX_NEW_TOKENS = 224

@@ -1,7 +1,7 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
-from seq2seq_engine.openmp_defaults import apply_openmp_defaults
+from seq2seq_engine.platforms.openmp import apply_openmp_defaults
 
-apply_openmp_defaults()  # before anything imports torch (see openmp_defaults.py)
+apply_openmp_defaults()  # before anything imports torch (see platforms/openmp.py)
 
 from seq2seq_engine.beam_search_params import BeamSearchParams  # noqa: E402
 from seq2seq_engine.generation_defaults import GenerationDefaults  # noqa: E402

@@ -13,7 +13,7 @@ from seq2seq_engine.engine.beam_output import BeamOutputProcessor, make_beam_sta
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
-from seq2seq_engine.stop_checker import StopChecker
+from seq2seq_engine.engine.stop_checker import StopChecker
 
 EOS = 2
 

@@ -54,7 +54,7 @@ def check_table(table: List[Dict[str, str]], expected: List[tuple]) -> None:
 
 
 def require_model(name: str) -> None:
-    from seq2seq_engine.model_resolver import resolve_model_path
+    from seq2seq_engine.model_loader.resolver import resolve_model_path
     try:
         resolve_model_path(name)
     except ValueError as error:  # the model's pip package is not installed

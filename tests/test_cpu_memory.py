@@ -7,7 +7,7 @@ import sys
 import pytest
 from transformers import BartConfig, LlamaConfig, WhisperConfig
 
-from seq2seq_engine.cpu_memory import (DEFAULT_MAX_BATCHED_TOKENS, MALLOC_ENV, MMAP_THRESHOLD_MAX,
+from seq2seq_engine.platforms.cpu_memory import (DEFAULT_MAX_BATCHED_TOKENS, MALLOC_ENV, MMAP_THRESHOLD_MAX,
                                        cpu_max_batched_tokens, widest_activation)
 from seq2seq_engine.engine.arg_utils import EngineArgs
 
@@ -51,7 +51,7 @@ def test_engine_args_default_budget_depends_on_the_device(tmp_path):
 
 _PROBE = """
 import ctypes, ctypes.util, sys
-from seq2seq_engine.cpu_memory import tune_malloc
+from seq2seq_engine.platforms.cpu_memory import tune_malloc
 applied = tune_malloc()
 # After tuning, a freed 20 MB block is reused in place (heap), instead of being unmapped and mapped again.
 libc = ctypes.CDLL(ctypes.util.find_library("c"))

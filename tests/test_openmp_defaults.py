@@ -28,5 +28,5 @@ def test_a_users_spin_count_wins():
 
 
 def test_apply_reports_whether_torch_was_already_loaded():
-    assert _run("import torch\nfrom seq2seq_engine.openmp_defaults import apply_openmp_defaults\n"
+    assert _run("import torch\nfrom seq2seq_engine.platforms.openmp import apply_openmp_defaults\n"
                 "print(apply_openmp_defaults())") == ["False"]

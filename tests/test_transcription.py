@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # ---------------------------------------------------------------------------------------------- real models
 def _resolve(name):
-    from seq2seq_engine.model_resolver import resolve_model_path
+    from seq2seq_engine.model_loader.resolver import resolve_model_path
     try:
         return resolve_model_path(name)
     except ValueError as error:  # the model's pip package is not installed

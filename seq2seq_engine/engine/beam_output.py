@@ -11,8 +11,8 @@ from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.sampling.beam_search import BeamCandidate, BeamSearchState, BeamSpec, beam_search_step
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
-from seq2seq_engine.stop_checker import StopChecker
-from seq2seq_engine.tokenizer import Detokenizer
+from seq2seq_engine.engine.stop_checker import StopChecker
+from seq2seq_engine.tokenization.detokenizer import Detokenizer
 
 # Per running beam: its top candidate token ids and their log-probs, best first.
 Candidates = Tuple[List[int], List[float]]

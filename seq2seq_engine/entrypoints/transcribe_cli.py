@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         return EXIT_USAGE
     try:
         from seq2seq_engine.entrypoints.llm import LLM
-        from seq2seq_engine.model_resolver import resolve_model_path
+        from seq2seq_engine.model_loader.resolver import resolve_model_path
         from seq2seq_engine.transcription.pipeline import transcribe
 
         llm = LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,

@@ -2,13 +2,13 @@
 
     hf_dir = load_gguf_llama("model.gguf")        # converted once, then reused from the cache
     gguf_llama_to_hf("model.gguf", out_dir)        # or convert into a directory of your choice
-    python -m seq2seq_engine.gguf_llama FILE.gguf OUT_DIR
+    python -m seq2seq_engine.model_loader.gguf.llama FILE.gguf OUT_DIR
 
 The output directory holds model.safetensors (float32; no lm_head.weight when the file has no `output.weight`, i.e.
 tied embeddings), config.json (LlamaForCausalLM), generation_config.json, the tokenizer (built by transformers from
 the GGUF metadata; left out, with a warning, when the file has no tokenizer.ggml.* fields) and gguf_source.json.
 Tensors are read and dequantized with the `gguf` package; Q and K rows get back the order HF's rotary embedding
-expects. Cache root: $SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine (seq2seq_engine.conversion_cache).
+expects. Cache root: $SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine (seq2seq_engine.model_loader.conversion_cache).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from seq2seq_engine.conversion_cache import cache_entry_name, convert_into_cache, run_conversion_cli
+from seq2seq_engine.model_loader.conversion_cache import cache_entry_name, convert_into_cache, run_conversion_cli
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def load_gguf_llama(path: str, cache_dir: Optional[str] = None) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.gguf_llama",
+    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.model_loader.gguf.llama",
                                      description="Convert a llama GGUF file to an HF transformers directory "
                                                  "(float32 weights).")
     parser.add_argument("gguf_file", help="the .gguf file (general.architecture = llama)")

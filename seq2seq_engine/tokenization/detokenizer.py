@@ -1,4 +1,4 @@
-"""Tokenizer loading and vLLM-style incremental detokenization.
+"""vLLM-style incremental detokenization.
 
 `detokenize_incrementally` decodes one new token at a time. It keeps the token strings decoded so far and two
 offsets: text is produced by decoding the window tokens[prefix_offset:] and subtracting the decode of
@@ -10,7 +10,6 @@ out whole once its last byte arrives.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from seq2seq_engine.sampling_params import SamplingParams
@@ -19,27 +18,6 @@ from seq2seq_engine.sequence import Sequence
 # How many tokens before the first new one seed the prefix window when decoding starts after existing tokens.
 INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET = 5
 _REPLACEMENT_CHAR = "\ufffd"
-
-
-def get_tokenizer(model_dir: str, tokenizer_mode: str = "auto", trust_remote_code: bool = False,
-                  revision: Optional[str] = None, **kwargs: Any):
-    """Load the transformers tokenizer saved in the local directory `model_dir` (never downloads).
-
-    tokenizer_mode: "auto" (fast when available) or "slow".
-    """
-    if tokenizer_mode not in ("auto", "slow"):
-        raise ValueError(f"tokenizer_mode must be 'auto' or 'slow', got {tokenizer_mode!r}")
-    if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"tokenizer directory {model_dir!r} does not exist")
-    from transformers import AutoTokenizer
-
-    if tokenizer_mode == "slow":
-        kwargs["use_fast"] = False
-    try:
-        return AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=trust_remote_code,
-                                             revision=revision, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise RuntimeError(f"could not load a tokenizer from {model_dir!r}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- per-tokenizer facts, cached

@@ -2,11 +2,11 @@
 
     hf_dir = load_ct2_whisper(ct2_dir)         # converted once, then reused from the cache
     ct2_whisper_to_hf(ct2_dir, out_dir)        # or convert into a directory of your choice
-    python -m seq2seq_engine.ct2_whisper CT2_DIR OUT_DIR [--dtype float32] [--model-file PART ...]
+    python -m seq2seq_engine.model_loader.ct2.whisper CT2_DIR OUT_DIR [--dtype float32] [--model-file PART ...]
 
 The output directory holds model.safetensors, config.json (WhisperForConditionalGeneration), generation_config.json
 (suppress lists, task/language ids, alignment heads), preprocessor_config.json (WhisperFeatureExtractor) and the
-fixed tokenizer (see seq2seq_engine/ct2/whisper_tokenizer.py). Cache root: $SEQ2SEQ_ENGINE_CACHE, else
+fixed tokenizer (see seq2seq_engine/model_loader/ct2/whisper_tokenizer.py). Cache root: $SEQ2SEQ_ENGINE_CACHE, else
 ~/.cache/seq2seq_engine.
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from seq2seq_engine.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
+from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
                                              run_conversion_cli)
-from seq2seq_engine.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
-from seq2seq_engine.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
+from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
+from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
                                                   write_fixed_tokenizer)
-from seq2seq_engine.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
+from seq2seq_engine.model_loader.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, 
     """The HF directory converted from `ct2_dir`, converting it into the cache on first use.
 
     The cache entry is named after the directory plus a hash of the model files' paths, sizes and mtimes, so an
-    updated package converts again (seq2seq_engine.conversion_cache).
+    updated package converts again (seq2seq_engine.model_loader.conversion_cache).
     """
     ct2_dir = os.fspath(ct2_dir)
     files = [os.fspath(p) for p in model_files] if model_files else model_bin_files(ct2_dir)
@@ -134,7 +134,7 @@ def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.ct2_whisper",
+    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.model_loader.ct2.whisper",
                                      description="Convert a CTranslate2 Whisper model directory to HF transformers.")
     parser.add_argument("ct2_dir", help="directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
     parser.add_argument("out_dir", help="output HF directory (created)")

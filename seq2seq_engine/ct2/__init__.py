@@ -1,8 +1,0 @@
-"""CTranslate2 model directories: the model.bin reader and the Whisper → HF transformers conversion.
-
-The public entry points live in `seq2seq_engine.ct2_whisper` (read_ct2_model, ct2_whisper_to_hf,
-load_ct2_whisper, `python -m seq2seq_engine.ct2_whisper CT2_DIR OUT_DIR`).
-"""
-from seq2seq_engine.ct2.model_bin import model_bin_files, read_ct2_model
-
-__all__ = ["model_bin_files", "read_ct2_model"]

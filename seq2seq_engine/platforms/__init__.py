@@ -1,0 +1,1 @@
+"""Process-wide CPU platform settings: OpenMP wait policy (set before torch loads) and glibc malloc tuning."""

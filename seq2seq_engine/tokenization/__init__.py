@@ -1,0 +1,1 @@
+"""Tokenizers: loading from a model directory and incremental detokenization of generated tokens."""
