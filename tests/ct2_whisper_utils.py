@@ -1,4 +1,4 @@
-"""Test-side CTranslate2 Whisper writer and synthetic model directories (DESIGN §5), and the tokenizer checks
+"""Test-side CTranslate2 Whisper writer (model.bin v6) and synthetic model directories, and the tokenizer checks
 every converted Whisper tokenizer must pass."""
 import json
 import os

@@ -76,7 +76,7 @@ def _check_real(name, real_cache, dims, num_tokens):
 
 
 def _check_ct2_layout(ct2_files):
-    """The layout DESIGN §5 describes holds in the real file: zero k bias in the fused projections, sinusoidal
+    """The layout the converter assumes holds in the real file: zero k bias in the fused projections, sinusoidal
     encoder positions, tied output projection."""
     spec, _, variables, aliases = read_ct2_model(ct2_files)
     assert spec == "WhisperSpec" and aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}

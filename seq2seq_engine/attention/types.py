@@ -1,4 +1,4 @@
-"""Attention types: which tokens give Q and K/V, and which cache a layer uses (DESIGN.md §3)."""
+"""Attention types: which tokens give Q and K/V, and which cache a layer uses (docs/architecture.md §6)."""
 import enum
 
 

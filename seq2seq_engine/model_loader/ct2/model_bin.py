@@ -1,4 +1,4 @@
-"""Reader for CTranslate2 `model.bin` files, binary version 6 (the layout is in docs/DESIGN §5).
+"""Reader for CTranslate2 `model.bin` files, binary version 6.
 
 Little-endian throughout: u32 version; spec name (u16 length counting a trailing NUL, then the bytes); u32 spec
 revision; u32 variable count; per variable: name, u8 rank, rank x u32 dims, u8 dtype, u32 byte count, raw bytes;

@@ -1,6 +1,6 @@
 """The Whisper tokenizer bundled with a CTranslate2 model, fixed to decode like the HF hub processor.
 
-Two fixes (DESIGN §5): (1) the added tokens (<|endoftext|> … <|notimestamps|>) are registered as special tokens
+Two fixes: (1) the added tokens (<|endoftext|> … <|notimestamps|>) are registered as special tokens
 in tokenizer_config.json — transformers' Whisper tokenizer takes `all_special_ids[-1] + 1` as the first timestamp
 id, so without this timestamps come out shifted; (2) the 1,501 timestamp tokens <|0.00|> … <|30.00|> are added
 (not special) with the ids right after <|notimestamps|>.
