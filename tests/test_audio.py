@@ -80,6 +80,8 @@ def test_mel_filter_bank_matches_transformers(n_mels):
     ours = mel_filter_bank(n_mels)
     assert ours.shape == (201, n_mels)
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-12)
+    ours[:] = 0  # callers get a copy: the cached filterbank is unchanged
+    np.testing.assert_allclose(mel_filter_bank(n_mels), ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("n_mels", [80, 128])
@@ -158,7 +160,7 @@ def test_load_wav_int16_stereo_44k_to_mono_16k(tmp_path):
     assert abs(len(audio) - dur * SR) <= 1
     assert abs(peak_hz(audio) - 440.0) < 1.0
     # mono mean of 0.6 and 0.2 amplitude -> 0.4, HQ resampling keeps the level
-    mid = audio[SR // 2 : -SR // 2]
+    mid = audio[SR // 2:-SR // 2]
     assert abs(np.abs(mid).max() - 0.4) < 0.01
     assert np.abs(audio).max() <= 1.0
     # same output as transformers' soundfile+soxr loader

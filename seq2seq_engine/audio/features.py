@@ -1,10 +1,4 @@
-"""Whisper log-mel features with torch.stft, matching ``transformers.WhisperFeatureExtractor``.
-
-Pipeline (identical to HF's torch path): pad with zeros / trim to ``n_samples`` (30 s), STFT with a
-periodic Hann window of 400, n_fft 400, hop 160, ``center=True`` reflect padding, power spectrum,
-drop the last frame, Slaney-normalised Slaney-scale mel filterbank (0–8 kHz), ``log10(max(x, 1e-10))``,
-clamp to ``max - 8`` (per example), ``(x + 4) / 4``.
-"""
+"""Whisper log-mel features with torch.stft, matching ``transformers.WhisperFeatureExtractor``."""
 
 from __future__ import annotations
 
@@ -26,16 +20,14 @@ CPU_MICRO_BATCH = 2  # items per torch.stft call on CPU (cache-bound beyond that
 AudioLike = Union[np.ndarray, torch.Tensor]
 
 
-def _hz_to_mel_slaney(f: np.ndarray) -> np.ndarray:
-    f = np.asarray(f, dtype=np.float64)
-    logstep = 27.0 / np.log(6.4)
-    return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-300) / 1000.0) * logstep, 3.0 * f / 200.0)
+@functools.lru_cache(maxsize=16)
+def _mel_filters(n_mels: int, n_fft: int, sample_rate: int, fmin: float, fmax: float) -> np.ndarray:
+    """Cached read-only filterbank from ``transformers.audio_utils.mel_filter_bank``."""
+    from transformers.audio_utils import mel_filter_bank as hf_mel_filter_bank
 
-
-def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
-    m = np.asarray(m, dtype=np.float64)
-    logstep = np.log(6.4) / 27.0
-    return np.where(m >= 15.0, 1000.0 * np.exp(logstep * (m - 15.0)), 200.0 * m / 3.0)
+    fb = hf_mel_filter_bank(1 + n_fft // 2, n_mels, fmin, fmax, sample_rate, norm="slaney", mel_scale="slaney")
+    fb.flags.writeable = False
+    return fb
 
 
 def mel_filter_bank(
@@ -43,27 +35,18 @@ def mel_filter_bank(
 ) -> np.ndarray:
     """Slaney-scale, Slaney(area)-normalised triangular mel filters, float64 ``[n_fft // 2 + 1, n_mels]``.
 
-    Same construction as ``transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney")``
-    (and librosa): centres equally spaced on the Slaney mel scale, triangles in Hz over FFT bin
-    frequencies ``linspace(0, sr // 2, n_freqs)``, each scaled by ``2 / (f_right - f_left)``.
+    ``transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney")``, called as
+    ``WhisperFeatureExtractor`` calls it; cached per (n_mels, n_fft, sample_rate, fmin, fmax) and
+    returned as a fresh writable copy.
     """
-    n_freqs = 1 + n_fft // 2
-    mel_pts = np.linspace(_hz_to_mel_slaney(fmin), _hz_to_mel_slaney(fmax), n_mels + 2)
-    hz_pts = _mel_to_hz_slaney(mel_pts)
-    fft_freqs = np.linspace(0, sample_rate // 2, n_freqs)
-    diff = np.diff(hz_pts)
-    slopes = hz_pts[None, :] - fft_freqs[:, None]  # [n_freqs, n_mels + 2]
-    down = -slopes[:, :-2] / diff[:-1]
-    up = slopes[:, 2:] / diff[1:]
-    fb = np.maximum(0.0, np.minimum(down, up))
-    fb *= (2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels]))[None, :]
-    return fb
+    return _mel_filters(int(n_mels), int(n_fft), int(sample_rate), float(fmin), float(fmax)).copy()
 
 
 @functools.lru_cache(maxsize=16)
 def _filters(n_mels: int, device: str) -> torch.Tensor:
     """Cached ``[n_mels, n_freqs]`` float32 filterbank on ``device``."""
-    return torch.from_numpy(mel_filter_bank(n_mels).T.copy()).to(device=device, dtype=torch.float32)
+    fb = _mel_filters(n_mels, N_FFT, SAMPLE_RATE, 0.0, 8000.0)
+    return torch.from_numpy(fb.T.copy()).to(device=device, dtype=torch.float32)
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,7 +82,12 @@ def pad_or_trim(audio: torch.Tensor, n_samples: int = N_SAMPLES) -> torch.Tensor
 
 
 def _log_mel(wave: torch.Tensor, n_mels: int) -> torch.Tensor:
-    """``wave`` [B, T] float32 -> [B, n_mels, T // HOP_LENGTH]."""
+    """``wave`` [B, T] float32 -> [B, n_mels, T // HOP_LENGTH], as HF's torch path computes it.
+
+    STFT with a periodic Hann window of 400, n_fft 400, hop 160, ``center=True`` reflect padding,
+    power spectrum, drop the last frame, Slaney-normalised Slaney-scale mel filterbank (0–8 kHz,
+    :func:`mel_filter_bank`), ``log10(max(x, 1e-10))``, clamp to ``max - 8`` (per example), ``(x + 4) / 4``.
+    """
     device = str(wave.device)
     stft = torch.stft(wave, N_FFT, HOP_LENGTH, window=_window(device), center=True, pad_mode="reflect",
                       return_complex=True)
@@ -155,11 +143,11 @@ def log_mel_spectrogram_batch(
         micro_batch = CPU_MICRO_BATCH if torch.device(device).type == "cpu" else len(waves)
     micro_batch = max(1, int(micro_batch))
     for i in range(0, len(waves), micro_batch):
-        part = waves[i : i + micro_batch]
+        part = waves[i:i + micro_batch]
         wave = torch.zeros(len(part), n_samples, dtype=torch.float32, device=device)
         for j, t in enumerate(part):
-            wave[j, : t.shape[0]] = t
-        out[i : i + len(part)] = _log_mel(wave, n_mels)
+            wave[j, :t.shape[0]] = t
+        out[i:i + len(part)] = _log_mel(wave, n_mels)
     return out
 
 
