@@ -326,7 +326,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         bm = self.bm
         live_seqs = {seq.seq_id for g in self.groups.values() for seq in g.get_unfinished_seqs()}
         assert set(bm.block_tables) == live_seqs == set(self.model_self)
-        enc_dec = {rid for rid, g in self.groups.items() if g.encoder_seq is not None}
+        enc_dec = {rid for rid, g in self.groups.items() if g.encoder_len}
         assert set(bm.cross_block_tables) == enc_dec == set(self.model_cross)
 
         logical_to_block: Dict[int, object] = {}
@@ -355,8 +355,8 @@ class BlockManagerMachine(RuleBasedStateMachine):
                     assert len(bm.block_tables[seq.seq_id]) == seq.n_blocks
                 else:
                     assert seq.status == SequenceStatus.SWAPPED and where == CPU
-            if group.encoder_seq is not None:
-                assert len(bm.cross_block_tables[rid]) == group.encoder_seq.n_blocks
+            if group.encoder_len:
+                assert len(bm.cross_block_tables[rid]) == group.num_cross_blocks
                 match(self.model_cross[rid], bm.cross_block_tables[rid], where)
 
     @invariant()

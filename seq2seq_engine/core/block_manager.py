@@ -44,8 +44,7 @@ class BlockSpaceManager:
     def _num_required_blocks(seq_group: SequenceGroup) -> int:
         # Waiting decoder sequences share one prompt table, so it is counted once.
         self_blocks = seq_group.get_seqs(SequenceStatus.WAITING)[0].n_blocks
-        cross_blocks = seq_group.encoder_seq.n_blocks if seq_group.encoder_seq is not None else 0
-        return self_blocks + cross_blocks
+        return self_blocks + seq_group.num_cross_blocks
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         return self._admission_status(self._num_required_blocks(seq_group))
@@ -62,14 +61,14 @@ class BlockSpaceManager:
         for seq in waiting:
             if seq.seq_id in self.block_tables:
                 raise ValueError(f"sequence {seq.seq_id} already has a block table")
-        if seq_group.encoder_seq is not None and seq_group.request_id in self.cross_block_tables:
+        if seq_group.encoder_len and seq_group.request_id in self.cross_block_tables:
             raise ValueError(f"request {seq_group.request_id} already has a cross block table")
         prompt_table = self._allocate_table(waiting[0].n_blocks, ref_count=len(waiting))
         for seq in waiting:
             self.block_tables[seq.seq_id] = list(prompt_table)
-        if seq_group.encoder_seq is not None:
-            self.cross_block_tables[seq_group.request_id] = self._allocate_table(
-                seq_group.encoder_seq.n_blocks, ref_count=1)
+        if seq_group.encoder_len:
+            self.cross_block_tables[seq_group.request_id] = self._allocate_table(seq_group.num_cross_blocks,
+                                                                                 ref_count=1)
 
     def can_append_slots(self, seq_group: SequenceGroup, num_lookahead_slots: int = 0) -> bool:
         """One free block per running sequence is enough for the next decode step."""

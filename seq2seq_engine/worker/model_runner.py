@@ -99,9 +99,9 @@ class ModelRunner:
                 scheduled.sample_seq_ids.append([i for i, _ in items] if group.is_prompt else [seq_id])
                 scheduled.do_sample.append(group.do_sample)
                 scheduled.num_prefills += int(group.is_prompt)
-                if group.is_encoder_decoder():
+                if group.encoder_len:
                     scheduled.cross_tables.append(group.cross_block_table)
-                    scheduled.encoder_lens.append(group.encoder_seq_data.get_len())
+                    scheduled.encoder_lens.append(group.encoder_len)
         return scheduled
 
     def _self_metadata(self, flat: FlatInputs, scheduled: _Scheduled) -> SelfAttentionMetadata:
