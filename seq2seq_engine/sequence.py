@@ -102,7 +102,6 @@ class SequenceGroup:
         self.encoder_seq = encoder_seq
         self.inputs = inputs
         self.priority = priority
-        self.first_scheduled_time: Optional[float] = None
         self.num_preemptions = 0
         self.ignored_reason: Optional[str] = None
         # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.

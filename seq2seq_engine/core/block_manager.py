@@ -70,11 +70,11 @@ class BlockSpaceManager:
             self.cross_block_tables[seq_group.request_id] = self._allocate_table(seq_group.num_cross_blocks,
                                                                                  ref_count=1)
 
-    def can_append_slots(self, seq_group: SequenceGroup, num_lookahead_slots: int = 0) -> bool:
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """One free block per running sequence is enough for the next decode step."""
         return self.gpu_allocator.get_num_free_blocks() >= seq_group.num_seqs(SequenceStatus.RUNNING)
 
-    def append_slots(self, seq: Sequence, num_lookahead_slots: int = 0) -> List[Tuple[int, int]]:
+    def append_slots(self, seq: Sequence) -> List[Tuple[int, int]]:
         """Make room for the sequence's new tokens; returns (src, dst) block pairs to copy (copy-on-write)."""
         table = self.block_tables[seq.seq_id]
         while len(table) < seq.n_blocks:
@@ -108,7 +108,7 @@ class BlockSpaceManager:
             blocks[id(block)] = block
         return list(blocks.values())
 
-    def can_swap_in(self, seq_group: SequenceGroup, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
         # One extra block per sequence so that each can append after being swapped in.
         num_required = (len(self._get_physical_blocks(seq_group))
                         + seq_group.num_seqs(SequenceStatus.SWAPPED))

@@ -104,7 +104,7 @@ class Scheduler:
             num_encoder_tokens=state.num_encoder_tokens,
             blocks_to_swap_in=state.blocks_to_swap_in, blocks_to_swap_out=state.blocks_to_swap_out,
             blocks_to_copy=state.blocks_to_copy, ignored_seq_groups=state.ignored,
-            preempted=state.num_preempted, running_queue_size=len(self.running))
+            preempted=state.num_preempted)
         return [self._make_metadata(s) for s in scheduled], outputs
 
     def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget) -> int:
