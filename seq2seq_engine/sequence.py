@@ -102,7 +102,6 @@ class SequenceGroup:
         self.encoder_seq = encoder_seq
         self.inputs = inputs
         self.priority = priority
-        self.num_preemptions = 0
         self.ignored_reason: Optional[str] = None
         # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.
         self.generator: Optional[Any] = None
@@ -160,9 +159,6 @@ class SequenceGroup:
 
     def get_unfinished_seqs(self) -> List[Sequence]:
         return [seq for seq in self.seqs_dict.values() if not seq.is_finished()]
-
-    def get_finished_seqs(self) -> List[Sequence]:
-        return [seq for seq in self.seqs_dict.values() if seq.is_finished()]
 
     def num_seqs(self, status: Optional[SequenceStatus] = None) -> int:
         return len(self.get_seqs(status))

@@ -170,14 +170,6 @@ class BlockSpaceManager:
         if table is not None:
             self._free_table(table)
 
-    def reset(self) -> None:
-        for table in self.block_tables.values():
-            self._free_table(table)
-        for table in self.cross_block_tables.values():
-            self._free_table(table)
-        self.block_tables.clear()
-        self.cross_block_tables.clear()
-
     # ----------------------------------------------------------------- queries
     def get_block_table(self, seq: Sequence) -> List[int]:
         return [block.block_number for block in self.block_tables[seq.seq_id]]

@@ -232,7 +232,6 @@ class Scheduler:
         """Recompute a single-sequence request; swap a multi-sequence one (its beams cannot be re-derived)."""
         state.num_preempted += 1
         self.num_cumulative_preemption += 1
-        seq_group.num_preemptions += 1
         # Only a request that has, and will have, one sequence is recomputed: re-admission gives every waiting
         # sequence one shared prompt table, which is wrong for diverged ones (n/best_of, beams, finished siblings).
         single = seq_group.num_seqs() == 1 and seq_group.get_max_num_running_seqs() == 1
