@@ -20,18 +20,18 @@ from typing import Optional, Sequence
 
 import torch
 
+from seq2seq_engine.config import DTYPE_NAMES, torch_dtype
 from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
-                                             run_conversion_cli)
+                                                          run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
 from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
-                                                  write_fixed_tokenizer)
+                                                               write_fixed_tokenizer)
 from seq2seq_engine.model_loader.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
 
 logger = logging.getLogger(__name__)
 
 CONVERTER_VERSION = 1
 WHISPER_SPEC = "WhisperSpec"
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 __all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "CACHE_ENV", "main"]
 
@@ -138,11 +138,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      description="Convert a CTranslate2 Whisper model directory to HF transformers.")
     parser.add_argument("ct2_dir", help="directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
     parser.add_argument("out_dir", help="output HF directory (created)")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32", help="weight dtype (default float32)")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="float32",
+                        help="weight dtype (default float32)")
     parser.add_argument("--model-file", action="append", default=None,
                         help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
     args = parser.parse_args(argv)
-    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype],
+    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=torch_dtype(args.dtype),
                                                         model_files=args.model_file))
 
 
