@@ -56,7 +56,7 @@ def mel_filter_bank(
     down = -slopes[:, :-2] / diff[:-1]
     up = slopes[:, 2:] / diff[1:]
     fb = np.maximum(0.0, np.minimum(down, up))
-    fb *= (2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels]))[None, :]
+    fb *= (2.0 / (hz_pts[2:n_mels + 2] - hz_pts[:n_mels]))[None, :]
     return fb
 
 
@@ -155,11 +155,11 @@ def log_mel_spectrogram_batch(
         micro_batch = CPU_MICRO_BATCH if torch.device(device).type == "cpu" else len(waves)
     micro_batch = max(1, int(micro_batch))
     for i in range(0, len(waves), micro_batch):
-        part = waves[i : i + micro_batch]
+        part = waves[i:i + micro_batch]
         wave = torch.zeros(len(part), n_samples, dtype=torch.float32, device=device)
         for j, t in enumerate(part):
-            wave[j, : t.shape[0]] = t
-        out[i : i + len(part)] = _log_mel(wave, n_mels)
+            wave[j, :t.shape[0]] = t
+        out[i:i + len(part)] = _log_mel(wave, n_mels)
     return out
 
 
@@ -168,7 +168,12 @@ def num_frames(n_samples: int) -> int:
     return n_samples // HOP_LENGTH
 
 
+def encoder_window_samples(max_encoder_len: int) -> int:
+    """Samples of audio one encoder pass sees: 2 feature frames per encoder position (30 s for Whisper)."""
+    return 2 * max_encoder_len * HOP_LENGTH
+
+
 __all__ = [
     "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES", "N_FRAMES", "mel_filter_bank", "pad_or_trim",
-    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames",
+    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames", "encoder_window_samples",
 ]

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 import torch
 
-from seq2seq_engine.audio import HOP_LENGTH, load_audio, log_mel_spectrogram
+from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import EngineConfig, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
@@ -187,10 +187,8 @@ class LLMEngine:
         num_mel_bins = getattr(self.model_config.hf_config, "num_mel_bins", None)
         if num_mel_bins is None:
             raise ValueError(f"model {self.model_config.model!r} takes no audio (its config has no num_mel_bins)")
-        # The encoder sees 2 frames per position: 3000 frames (30 s) for the released models.
-        num_samples = 2 * self.model_config.max_encoder_len * HOP_LENGTH
         features = log_mel_spectrogram(load_audio(encoder.multi_modal_data["audio"]), n_mels=num_mel_bins,
-                                       n_samples=num_samples)
+                                       n_samples=encoder_window_samples(self.model_config.max_encoder_len))
         encoder = dataclasses.replace(encoder, multi_modal_data={"input_features": features})
         return dataclasses.replace(inputs, encoder=encoder)
 
