@@ -48,6 +48,28 @@ def _ct2_config(ct2_dir: str) -> dict:
     return config
 
 
+def _generation_config(ct2_dir: str, ct2_config: dict, vocab, ids: dict, dims: dict, suppress: list,
+                       begin_suppress: list) -> dict:
+    """Contents of the converted model's generation_config.json."""
+    multilingual = dims["vocab_size"] >= 51865
+    alignment_heads = [[int(layer), int(head)] for layer, head in ct2_config.get("alignment_heads", [])]
+    generation = dict(
+        decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"],
+        suppress_tokens=suppress, begin_suppress_tokens=begin_suppress, max_length=dims["max_target_positions"],
+        no_timestamps_token_id=ids["notimestamps"], is_multilingual=multilingual, return_timestamps=False,
+        max_initial_timestamp_index=50, alignment_heads=alignment_heads)
+    if "startofprev" in ids:
+        generation["prev_sot_token_id"] = ids["startofprev"]
+    if multilingual:
+        generation["lang_to_id"] = language_tokens(vocab)
+        generation["task_to_id"] = {task: ids[task] for task in ("transcribe", "translate") if task in ids}
+        lang_ids = sorted(int(i) for i in ct2_config.get("lang_ids", []))
+        if lang_ids and lang_ids != sorted(generation["lang_to_id"].values()):
+            logger.warning("%s: config.json lang_ids differ from the tokenizer's language tokens; using the "
+                           "tokenizer's", ct2_dir)
+    return generation
+
+
 def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.float32,
                       model_files: Optional[Sequence[str]] = None) -> str:
     """Convert the CTranslate2 Whisper directory `ct2_dir` into the HF directory `out_dir`; returns out_dir.
@@ -70,7 +92,6 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
 
     vocab = read_vocab(ct2_dir)
     ids = special_ids(vocab)
-    multilingual = dims["vocab_size"] >= 51865
     os.makedirs(out_dir, exist_ok=True)
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     suppress = [int(i) for i in ct2_config.get("suppress_ids", [])]
@@ -83,21 +104,7 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     setattr(config, dtype_key, str(dtype).replace("torch.", ""))
     config.save_pretrained(out_dir)
 
-    alignment_heads = [[int(layer), int(head)] for layer, head in ct2_config.get("alignment_heads", [])]
-    generation = dict(
-        decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"],
-        suppress_tokens=suppress, begin_suppress_tokens=begin_suppress, max_length=dims["max_target_positions"],
-        no_timestamps_token_id=ids["notimestamps"], is_multilingual=multilingual, return_timestamps=False,
-        max_initial_timestamp_index=50, alignment_heads=alignment_heads)
-    if "startofprev" in ids:
-        generation["prev_sot_token_id"] = ids["startofprev"]
-    if multilingual:
-        generation["lang_to_id"] = language_tokens(vocab)
-        generation["task_to_id"] = {task: ids[task] for task in ("transcribe", "translate") if task in ids}
-        lang_ids = sorted(int(i) for i in ct2_config.get("lang_ids", []))
-        if lang_ids and lang_ids != sorted(generation["lang_to_id"].values()):
-            logger.warning("%s: config.json lang_ids differ from the tokenizer's language tokens; using the "
-                           "tokenizer's", ct2_dir)
+    generation = _generation_config(ct2_dir, ct2_config, vocab, ids, dims, suppress, begin_suppress)
     with open(os.path.join(out_dir, "generation_config.json"), "w", encoding="utf-8") as f:
         json.dump(generation, f, indent=2)
 
