@@ -1,6 +1,4 @@
-"""Sequences and sequence groups: a request's decoder sequences beside its static encoder sequence.
-
-SequenceStatus and SequenceData live in sequence_data.py and are re-exported here."""
+"""Sequences and sequence groups: a request's decoder sequences beside its static encoder sequence."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +8,7 @@ from typing import Any, Dict, List, Optional
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
 from seq2seq_engine.sampling.beam_search import BeamSearchState
 from seq2seq_engine.sampling_params import SamplingParams
+# SequenceData and SequenceStatus are re-exported: most callers import them from here.
 from seq2seq_engine.sequence_data import SequenceData, SequenceStage, SequenceStatus
 
 

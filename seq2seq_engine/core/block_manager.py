@@ -1,5 +1,4 @@
-"""Paged KV-cache accounting: one self-attention block table per decoder sequence and one
-cross-attention block table per request (for the encoder output), in a device pool and a CPU swap pool."""
+"""Paged KV-cache accounting: self blocks per decoder sequence, cross blocks per request, device and CPU pools."""
 from __future__ import annotations
 
 import enum

@@ -1,5 +1,4 @@
-"""Persistent CPU buffers of the running sequences (token ids, block tables) and the vectorised
-computation of a step's flattened inputs from them (positions, input ids, slot mapping, ...)."""
+"""Persistent token-id and block tables of the running sequences, and a step's flat inputs computed from them."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,4 @@
-"""Model runner: turns a step's SequenceGroupMetadata list into model inputs and attention metadata
-(vectorised over tokens), runs the model, and samples the next tokens."""
+"""Model runner: a step's metadata to vectorised model inputs and attention metadata, the model, the sampler."""
 from __future__ import annotations
 
 import dataclasses

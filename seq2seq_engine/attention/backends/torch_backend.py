@@ -1,5 +1,4 @@
-"""The torch attention backend: prefill attention computed per block of the xformers bias with
-scaled_dot_product_attention (equal-shaped neighbouring blocks batched), decode through the paged kernels."""
+"""The torch attention backend: prefill by scaled_dot_product_attention per bias block, decode by paged kernels."""
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
