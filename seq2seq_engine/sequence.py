@@ -136,11 +136,11 @@ class SequenceGroup:
 
     @property
     def encoder_prompt(self) -> Optional[str]:
-        return self.encoder_seq.prompt if self.encoder_len else None
+        return self.encoder_seq.prompt if self.encoder_len > 0 else None
 
     @property
     def encoder_prompt_token_ids(self) -> Optional[List[int]]:
-        return self.encoder_seq.prompt_token_ids if self.encoder_len else None
+        return self.encoder_seq.prompt_token_ids if self.encoder_len > 0 else None
 
     def get_max_num_running_seqs(self) -> int:
         """The most sequences this group will run at once over its lifetime."""

@@ -313,7 +313,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         bm = self.bm
         live_seqs = {seq.seq_id for g in self.groups.values() for seq in g.get_unfinished_seqs()}
         assert set(bm.block_tables) == live_seqs == set(self.model_self)
-        enc_dec = {rid for rid, g in self.groups.items() if g.encoder_len}
+        enc_dec = {rid for rid, g in self.groups.items() if g.encoder_len > 0}
         assert set(bm.cross_block_tables) == enc_dec == set(self.model_cross)
 
         logical_to_block: Dict[int, object] = {}
@@ -342,7 +342,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
                     assert len(bm.block_tables[seq.seq_id]) == seq.n_blocks
                 else:
                     assert seq.status == SequenceStatus.SWAPPED and where == CPU
-            if group.encoder_len:
+            if group.encoder_len > 0:
                 assert len(bm.cross_block_tables[rid]) == group.num_cross_blocks
                 match(self.model_cross[rid], bm.cross_block_tables[rid], where)
 

@@ -60,12 +60,12 @@ class BlockSpaceManager:
         for seq in waiting:
             if seq.seq_id in self.block_tables:
                 raise ValueError(f"sequence {seq.seq_id} already has a block table")
-        if seq_group.encoder_len and seq_group.request_id in self.cross_block_tables:
+        if seq_group.encoder_len > 0 and seq_group.request_id in self.cross_block_tables:
             raise ValueError(f"request {seq_group.request_id} already has a cross block table")
         prompt_table = self._allocate_table(waiting[0].n_blocks, ref_count=len(waiting))
         for seq in waiting:
             self.block_tables[seq.seq_id] = list(prompt_table)
-        if seq_group.encoder_len:
+        if seq_group.encoder_len > 0:
             self.cross_block_tables[seq_group.request_id] = self._allocate_table(seq_group.num_cross_blocks,
                                                                                  ref_count=1)
 

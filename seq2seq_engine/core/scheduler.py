@@ -112,7 +112,7 @@ class Scheduler:
         if not seq_group.is_prefill():
             return seq_group.num_unfinished_seqs()
         num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
-        chunkable = self.scheduler_config.enable_chunked_prefill and not seq_group.encoder_len
+        chunkable = self.scheduler_config.enable_chunked_prefill and seq_group.encoder_len == 0
         if chunkable:
             num_new_tokens = min(num_new_tokens, budget.remaining_token_budget())
         return num_new_tokens
@@ -197,7 +197,7 @@ class Scheduler:
         encoder_len = seq_group.encoder_len
         if encoder_len > config.max_encoder_len:
             return f"encoder prompt of {encoder_len} tokens exceeds max_encoder_len={config.max_encoder_len}"
-        chunkable = config.enable_chunked_prefill and not seq_group.encoder_len
+        chunkable = config.enable_chunked_prefill and seq_group.encoder_len == 0
         if not chunkable and prompt_len + encoder_len > config.max_num_batched_tokens:
             return (f"prefill of {prompt_len} decoder + {encoder_len} encoder tokens exceeds "
                     f"max_num_batched_tokens={config.max_num_batched_tokens}")

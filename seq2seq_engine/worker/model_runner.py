@@ -98,7 +98,7 @@ class ModelRunner:
                 scheduled.sample_seq_ids.append([i for i, _ in items] if group.is_prompt else [seq_id])
                 scheduled.do_sample.append(group.do_sample)
                 scheduled.num_prefills += int(group.is_prompt)
-                if group.encoder_len:
+                if group.encoder_len > 0:
                     scheduled.cross_tables.append(group.cross_block_table)
                     scheduled.encoder_lens.append(group.encoder_len)
         return scheduled
