@@ -1,5 +1,5 @@
 """Example-based tests of the paged KV-cache block manager: swapping groups between the device and CPU pools,
-freeing self and cross blocks, reset."""
+freeing self and cross blocks."""
 from __future__ import annotations
 
 from block_manager_utils import (NUM_CPU, NUM_GPU, allocate_running, blocks_of, grow, make_group, make_manager,
@@ -7,7 +7,6 @@ from block_manager_utils import (NUM_CPU, NUM_GPU, allocate_running, blocks_of, 
 from seq2seq_engine.core.block import Device
 from seq2seq_engine.core.block_manager import AllocStatus
 from seq2seq_engine.sequence import SequenceStatus
-
 
 
 def _snapshot(bm, group):
@@ -211,7 +210,7 @@ def test_free_of_swapped_seq_returns_cpu_blocks():
     assert bm.get_num_free_gpu_blocks() == NUM_GPU
 
 
-# --------------------------------------------------------------------- free / reset
+# --------------------------------------------------------------------- free
 
 
 def test_free_and_free_cross_return_exactly_their_blocks():
@@ -251,29 +250,3 @@ def test_free_unknown_seq_is_noop():
     bm.free_cross(g)
     bm.free_cross(g)
     assert bm.get_num_free_gpu_blocks() == NUM_GPU
-
-
-def test_reset_restores_both_pools():
-    bm = make_manager()
-    g1 = make_group("a", 6, 5, num_seqs=2)
-    allocate_running(bm, g1)
-    child = g1.first_seq.fork(new_seq_id())
-    g1.add(child)
-    bm.fork(g1.first_seq, child)
-    g2 = make_group("b", 9, 9)
-    allocate_running(bm, g2)
-    bm.swap_out(g2)
-    g2.first_seq.status = SequenceStatus.SWAPPED
-    assert bm.get_num_free_gpu_blocks() < NUM_GPU
-    assert bm.get_num_free_cpu_blocks() < NUM_CPU
-    bm.reset()
-    assert bm.get_num_free_gpu_blocks() == NUM_GPU
-    assert bm.get_num_free_cpu_blocks() == NUM_CPU
-    assert bm.block_tables == {} and bm.cross_block_tables == {}
-    all_blocks = bm.gpu_allocator.free_blocks + bm.cpu_allocator.free_blocks
-    assert all(b.ref_count == 0 for b in all_blocks)
-    # The pools are usable again from scratch.
-    g3 = make_group("c", 64)
-    assert bm.can_allocate(g3) == AllocStatus.OK
-    allocate_running(bm, g3)
-    assert sorted(bm.get_block_table(g3.first_seq)) == list(range(NUM_GPU))

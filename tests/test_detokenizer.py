@@ -74,8 +74,8 @@ def test_spm_encoded_text_round_trips(spm_tokenizer):
     for text in ["hello world the quick brown fox", "encoder decoder audio speech", "kalo mine the and ruvi"]:
         ids = spm_tokenizer.encode(text)
         assert _decode_token_by_token(spm_tokenizer, ids, True) == spm_tokenizer.decode(ids, skip_special_tokens=True)
-        assert _decode_token_by_token(spm_tokenizer, ids + [2], True) == spm_tokenizer.decode(ids,
-                                                                                          skip_special_tokens=True)
+        assert (_decode_token_by_token(spm_tokenizer, ids + [2], True)
+                == spm_tokenizer.decode(ids, skip_special_tokens=True))
 
 
 def test_decoder_prompt_is_not_part_of_the_output(spm_tokenizer):
@@ -173,7 +173,7 @@ def test_get_tokenizer_loads_a_local_directory(bpe_tokenizer, tmp_path):
     assert loaded.encode(text, add_special_tokens=False) == bpe_tokenizer.encode(text, add_special_tokens=False)
     ids = loaded.encode(text, add_special_tokens=False)
     assert _decode_token_by_token(loaded, ids, True) == text
-    assert Detokenizer(loaded).decode_prompt(ids) == text
+    assert loaded.decode(ids, skip_special_tokens=True) == text
 
 
 def test_get_tokenizer_missing_directory(tmp_path):

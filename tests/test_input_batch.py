@@ -22,7 +22,7 @@ def test_worked_example_two_steps():
     assert step1.query_start_loc.tolist() == [0, 3, 5, 10]
     assert step1.positions.tolist() == [0, 1, 2, 0, 1, 0, 1, 2, 3, 4]
     assert step1.input_ids.tolist() == PROMPTS[0] + PROMPTS[1] + PROMPTS[2][:5]
-    assert step1.seq_lens.tolist() == [3, 2, 5] and step1.max_query_len == 5 and step1.num_tokens == 10
+    assert step1.seq_lens.tolist() == [3, 2, 5] and step1.num_tokens == 10
     # Requests 0 and 1 sampled a token each; request 2 continues its prompt.
     seqs[0].append_token_id(104, 0.0)
     seqs[1].append_token_id(203, 0.0)

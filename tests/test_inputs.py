@@ -151,22 +151,13 @@ def test_explicit_without_decoder_gets_default(enc_dec, explicit):
 def test_zip_enc_dec_prompts_batch(enc_dec, spm_tokenizer):
     prompts = zip_enc_dec_prompts(["hello world", {"prompt_token_ids": [7]}], [None, "quick fox"])
     assert prompts[1] == {"encoder_prompt": {"prompt_token_ids": [7]}, "decoder_prompt": "quick fox"}
-    first, second = enc_dec.preprocess_batch(prompts, SamplingParams(max_tokens=4))
+    first, second = [enc_dec.preprocess(prompt, SamplingParams(max_tokens=4)) for prompt in prompts]
     assert first.encoder_prompt_token_ids == spm_tokenizer.encode("hello world")
     assert first.prompt_token_ids == [START, BOS]
     assert second.encoder_prompt_token_ids == [7]
     assert second.prompt_token_ids == [START] + spm_tokenizer.encode("quick fox")
     with pytest.raises(ValueError, match="equal length"):
         zip_enc_dec_prompts(["a"], [])
-
-
-def test_preprocess_batch_single_prompt_and_params_list(enc_dec):
-    assert len(enc_dec.preprocess_batch("hello")) == 1
-    assert len(enc_dec.preprocess_batch({"prompt_token_ids": [4]})) == 1
-    outs = enc_dec.preprocess_batch(["hello", "world"], [SamplingParams(max_tokens=1), None])
-    assert [o.encoder_prompt for o in outs] == ["hello", "world"]
-    with pytest.raises(ValueError, match="sampling_params"):
-        enc_dec.preprocess_batch(["hello", "world"], [SamplingParams()])
 
 
 def test_bart_style_tokenizer_special_tokens(spm_bart_tokenizer, spm_tokenizer):

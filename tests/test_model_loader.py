@@ -183,7 +183,7 @@ def test_registry_is_immutable_and_complete():
 def test_weight_loader_shards_duplicates_and_coverage():
     from torch import nn
 
-    from seq2seq_engine.models.utils import WeightLoader, load_weights_by_name
+    from seq2seq_engine.models.utils import WeightLoader
 
     module = nn.Linear(4, 6)
     loader = WeightLoader(module)
@@ -201,10 +201,3 @@ def test_weight_loader_shards_duplicates_and_coverage():
     partial.load("weight", torch.ones(2, 4), shard=(0, 2))
     with pytest.raises(ValueError, match=r"weight \(partly loaded"):
         partial.finish()
-
-    target = nn.Linear(3, 2)
-    load_weights_by_name(target, [("x.w", torch.ones(3, 2)), ("x.b", torch.ones(2))],
-                         rename=lambda n: {"x.w": "weight", "x.b": "bias"}.get(n), transforms={"weight": torch.t})
-    assert target.weight.shape == (2, 3) and target.weight.eq(1).all()
-    with pytest.raises(ValueError, match="unexpected checkpoint tensor 'y'"):
-        load_weights_by_name(nn.Linear(3, 2), [("y", torch.ones(1))], rename=lambda n: None)

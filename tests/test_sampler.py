@@ -259,19 +259,16 @@ def test_metadata_build():
     md = SamplingMetadata.build(list(zip(params, [None, gen, None, None])), "cpu")
     assert md.num_rows == 4
     assert md.temperatures.tolist() == pytest.approx([1.0, 0.5, 1.0, 1.0])
-    assert md.top_ks.tolist() == [-1, 10, -1, -1]
+    assert md.top_k_list == [-1, 10, -1, -1]
     assert md.top_ps.tolist() == pytest.approx([1.0, 1.0, 0.9, 1.0])
     assert md.min_ps.tolist() == pytest.approx([0.0, 0.0, 0.1, 0.0])
-    assert md.greedy_mask.tolist() == [True, False, False, False]
     assert md.generators == [None, gen, None, None]
-    assert md.greedy_rows == [0] and md.random_rows == [1, 2, 3]
     assert md.filtered_rows == [1, 2] and md.plain_rows == [3]
-    assert not md.all_greedy and not md.all_random
-    assert not md.no_top_k and not md.no_top_p and not md.no_min_p and not md.no_temperature
+    assert not md.all_greedy
     assert md.max_num_logprobs == 5
 
     plain = SamplingMetadata.build([(SamplingParams(temperature=0.0, top_k=5), None)] * 2, "cpu")
-    assert plain.all_greedy and plain.no_top_k and plain.no_top_p and plain.no_min_p
+    assert plain.all_greedy and not plain.plain_rows and not plain.filtered_rows
     assert plain.max_num_logprobs == 0
 
 

@@ -52,9 +52,8 @@ def _check_step(scheduler, record, config):
     for group in scheduler.running:
         for seq in group.get_seqs(SequenceStatus.RUNNING):
             assert len(manager.block_tables[seq.seq_id]) * BLOCK_SIZE >= seq.data.get_num_computed_tokens()
-        if group.encoder_seq is not None:
-            assert len(manager.cross_block_tables[group.request_id]) == math.ceil(
-                group.encoder_seq.get_len() / BLOCK_SIZE)
+        if group.encoder_len > 0:
+            assert len(manager.cross_block_tables[group.request_id]) == math.ceil(group.encoder_len / BLOCK_SIZE)
         if group.beam_search is not None and not group.is_prefill():
             assert group.num_unfinished_seqs() <= group.beam_search.spec.beam_width
 

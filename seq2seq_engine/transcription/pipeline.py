@@ -31,7 +31,8 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Union
 import torch
 from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio, split_into_windows
+from seq2seq_engine.audio import (SAMPLE_RATE, AudioError, encoder_window_samples, is_silent, load_audio,
+                                  split_into_windows)
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
@@ -40,8 +41,7 @@ from seq2seq_engine.transcription.prompts import TASKS
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
 from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
-                                                      is_single_input, samples_hint, whisper_tokens_for,
-                                                      window_samples)
+                                                     is_single_input, samples_hint, whisper_tokens_for)
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class _Transcription:
         self.max_new_tokens = max_new_tokens
         self.skip_silence = skip_silence
         self.beam_width = beam_width
-        self.window_samples = window_samples(engine)
+        self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
         self.processors = whisper_processors(self.tokens, timestamps)
         self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
         if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
@@ -155,7 +155,7 @@ class _Transcription:
         if item.language is None and speech:
             first = speech[0]
             self.queue.append(WindowTask(item, lambda: detection_prompt(self.tokens, self._features(first)),
-                                    detection_params(self.tokens), lambda out: self._detected(item, out)))
+                                         detection_params(self.tokens), lambda out: self._detected(item, out)))
             return
         self._queue_windows(item)
 
@@ -212,7 +212,8 @@ class _Transcription:
                 self._maybe_finish(item)
 
         return WindowTask(item, lambda: {"prompt_token_ids": prompt,
-                                    "multi_modal_data": {"input_features": self._features(window)}}, params, on_done)
+                                         "multi_modal_data": {"input_features": self._features(window)}},
+                          params, on_done)
 
     def _features(self, window: Window) -> torch.Tensor:
         return features_for(self.engine, window.samples)

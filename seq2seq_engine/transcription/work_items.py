@@ -1,5 +1,4 @@
-"""Transcription work items and model facts: the engine's Whisper tokens, window length and features; the
-bookkeeping of windows, inputs and per-window engine requests used by pipeline.py."""
+"""Transcription work items: the engine's Whisper tokens and window features, and pipeline.py's bookkeeping."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.prompts import WhisperTokens
@@ -28,15 +27,11 @@ def whisper_tokens_for(engine: Any) -> WhisperTokens:
     return WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
 
 
-def window_samples(engine: Any) -> int:
-    """Samples per window: the encoder sees 2 feature frames per position (30 s for the released models)."""
-    return 2 * engine.model_config.max_encoder_len * HOP_LENGTH
-
-
 def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
     """Log-mel features [n_mels, frames] of one window (padded/trimmed to the window), as the engine would make."""
     n_mels = engine.model_config.hf_config.num_mel_bins
-    return log_mel_spectrogram(samples, n_mels=n_mels, n_samples=window_samples(engine))
+    return log_mel_spectrogram(samples, n_mels=n_mels,
+                               n_samples=encoder_window_samples(engine.model_config.max_encoder_len))
 
 
 # ---------------------------------------------------------------------------------------------- bookkeeping
