@@ -10,7 +10,7 @@ from typing import Dict, List
 import pytest
 from conftest import require_model, require_speech_clips
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 

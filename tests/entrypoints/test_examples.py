@@ -6,7 +6,7 @@ import sys
 
 from hf_reference import build_tiny_bart_with_tokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _clip(name):
