@@ -158,7 +158,7 @@ def test_load_wav_int16_stereo_44k_to_mono_16k(tmp_path):
     assert abs(len(audio) - dur * SR) <= 1
     assert abs(peak_hz(audio) - 440.0) < 1.0
     # mono mean of 0.6 and 0.2 amplitude -> 0.4, HQ resampling keeps the level
-    mid = audio[SR // 2 : -SR // 2]
+    mid = audio[SR // 2:-SR // 2]
     assert abs(np.abs(mid).max() - 0.4) < 0.01
     assert np.abs(audio).max() <= 1.0
     # same output as transformers' soundfile+soxr loader

@@ -9,7 +9,6 @@ from seq2seq_engine.core.block_manager import AllocStatus
 from seq2seq_engine.sequence import SequenceStatus
 
 
-
 def _snapshot(bm, group):
     return ({s.seq_id: list(bm.block_tables[s.seq_id]) for s in group.get_unfinished_seqs()},
             list(bm.cross_block_tables.get(group.request_id, [])))

@@ -74,8 +74,8 @@ def test_spm_encoded_text_round_trips(spm_tokenizer):
     for text in ["hello world the quick brown fox", "encoder decoder audio speech", "kalo mine the and ruvi"]:
         ids = spm_tokenizer.encode(text)
         assert _decode_token_by_token(spm_tokenizer, ids, True) == spm_tokenizer.decode(ids, skip_special_tokens=True)
-        assert _decode_token_by_token(spm_tokenizer, ids + [2], True) == spm_tokenizer.decode(ids,
-                                                                                          skip_special_tokens=True)
+        assert _decode_token_by_token(spm_tokenizer, ids + [2], True) == spm_tokenizer.decode(
+            ids, skip_special_tokens=True)
 
 
 def test_decoder_prompt_is_not_part_of_the_output(spm_tokenizer):
