@@ -39,21 +39,7 @@ def mel_filter_bank(
     ``WhisperFeatureExtractor`` calls it; cached per (n_mels, n_fft, sample_rate, fmin, fmax) and
     returned as a fresh writable copy.
     """
-<<<<<<< ours
     return _mel_filters(int(n_mels), int(n_fft), int(sample_rate), float(fmin), float(fmax)).copy()
-=======
-    n_freqs = 1 + n_fft // 2
-    mel_pts = np.linspace(_hz_to_mel_slaney(fmin), _hz_to_mel_slaney(fmax), n_mels + 2)
-    hz_pts = _mel_to_hz_slaney(mel_pts)
-    fft_freqs = np.linspace(0, sample_rate // 2, n_freqs)
-    diff = np.diff(hz_pts)
-    slopes = hz_pts[None, :] - fft_freqs[:, None]  # [n_freqs, n_mels + 2]
-    down = -slopes[:, :-2] / diff[:-1]
-    up = slopes[:, 2:] / diff[1:]
-    fb = np.maximum(0.0, np.minimum(down, up))
-    fb *= (2.0 / (hz_pts[2:n_mels + 2] - hz_pts[:n_mels]))[None, :]
-    return fb
->>>>>>> theirs
 
 
 @functools.lru_cache(maxsize=16)

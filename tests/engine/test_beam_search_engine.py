@@ -119,9 +119,9 @@ def test_text_prompts_and_stop_token_ids_match_hf(bart_with_tokenizer, include_s
     params = BeamSearchParams(beam_width=3, max_tokens=12, stop_token_ids=[stop_token],
                               include_stop_str_in_output=include_stop)
     output = llm.beam_search([text], params, use_tqdm=False)[0]
-    hf = hf_model.generate(input_ids=torch.tensor([tokenizer(text).input_ids]), decoder_input_ids=torch.tensor([[2, 0]]),
-                           num_beams=3, num_return_sequences=3, max_new_tokens=12, eos_token_id=[2, stop_token],
-                           do_sample=False, forced_eos_token_id=None)
+    hf = hf_model.generate(input_ids=torch.tensor([tokenizer(text).input_ids]),
+                           decoder_input_ids=torch.tensor([[2, 0]]), num_beams=3, num_return_sequences=3,
+                           max_new_tokens=12, eos_token_id=[2, stop_token], do_sample=False, forced_eos_token_id=None)
     hf_best = hf[0, 2:].tolist()
     best = output.outputs[0]
     assert best.token_ids == hf_best[:len(best.token_ids)] and set(hf_best[len(best.token_ids):]) <= {1}

@@ -1,4 +1,5 @@
-"""CTranslate2 Whisper → HF conversion (seq2seq_engine.model_loader.ct2.whisper) and the model resolver, on synthetic models.
+"""CTranslate2 Whisper → HF conversion (seq2seq_engine.model_loader.ct2.whisper) and the model resolver, on synthetic
+models.
 
 A random HF Whisper is written as a CTranslate2 model.bin v6 by a test-side writer (tensors
 fused the CTranslate2 way; ct2_whisper_utils.py), converted back, and every tensor must come back equal; broken files

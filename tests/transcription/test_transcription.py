@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import require_model
 
 from seq2seq_engine.transcription import Segment, TranscriptionResult
 from seq2seq_engine.transcription import pipeline as pipeline_module
@@ -22,17 +23,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------------------------------------- real models
-def _resolve(name):
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        return resolve_model_path(name)
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
-
-
 @pytest.fixture(scope="module")
 def tiny_dir():
-    return _resolve("whisper-tiny.en")
+    return require_model("whisper-tiny.en")
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +195,7 @@ def test_condition_on_previous_text_matches_hf_prompt_ids(speech, tiny_hf, tiny_
 
 @pytest.fixture(scope="module")
 def base_dir():
-    return _resolve("whisper-base")
+    return require_model("whisper-base")
 
 
 def test_multilingual_prompts_and_language_detection_match_hf(base_dir, speech, window_spy):

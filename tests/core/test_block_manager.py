@@ -1,42 +1,15 @@
 """Example-based tests of the paged KV-cache block manager (self tables per decoder sequence,
 one cross table per encoder/decoder request, device and CPU pools): allocation, appends, forks.
-Swapping and freeing are in test_block_manager_swap.py."""
+Swapping and freeing are in test_block_manager_swap.py, the allocator of one pool in test_block.py."""
 from __future__ import annotations
 
 import pytest
 
-from block_manager_utils import (BLOCK_SIZE, NUM_CPU, NUM_GPU, allocate_running, blocks_of, grow, make_group,
-                                 make_manager, make_seq, new_seq_id)
-from seq2seq_engine.core.block import BlockAllocator, Device
+from block_manager_utils import (NUM_CPU, NUM_GPU, allocate_running, blocks_of, grow, make_group, make_manager,
+                                 make_seq, new_seq_id)
+from seq2seq_engine.core.block import Device
 from seq2seq_engine.core.block_manager import AllocStatus
 from seq2seq_engine.sequence import SequenceGroup, SequenceStatus
-
-
-def test_allocator_hands_out_lowest_numbers_and_refcounts():
-    alloc = BlockAllocator(Device.GPU, BLOCK_SIZE, 3)
-    a, b = alloc.allocate(), alloc.allocate()
-    assert (a.block_number, b.block_number) == (0, 1)
-    assert a.ref_count == b.ref_count == 1
-    assert alloc.get_num_free_blocks() == 1
-    a.ref_count += 1
-    alloc.free(a)
-    assert alloc.get_num_free_blocks() == 1  # still referenced once
-    alloc.free(a)
-    assert alloc.get_num_free_blocks() == 2
-    with pytest.raises(ValueError):
-        alloc.free(a)  # double free
-    alloc.allocate()
-    alloc.allocate()
-    with pytest.raises(RuntimeError):
-        alloc.allocate()
-
-
-def test_allocator_rejects_foreign_block():
-    gpu = BlockAllocator(Device.GPU, BLOCK_SIZE, 2)
-    cpu = BlockAllocator(Device.CPU, BLOCK_SIZE, 2)
-    block = gpu.allocate()
-    with pytest.raises(ValueError):
-        cpu.free(block)
 
 
 # --------------------------------------------------------------------- can_allocate / allocate

@@ -8,8 +8,9 @@ import sys
 from typing import Dict, List
 
 import pytest
+from conftest import require_model, require_speech_clips
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 
@@ -53,14 +54,6 @@ def check_table(table: List[Dict[str, str]], expected: List[tuple]) -> None:
     assert ours_fp32["vs hf-float32"].endswith("x") and row(table, "hf", "float32")["vs hf-float32"] == ""
 
 
-def require_model(name: str) -> None:
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        resolve_model_path(name)
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
-
-
 def expected_rows(ours_dtypes=("float32", "bfloat16"), peers=(("hf", "float32"),)) -> List[tuple]:
     ct2 = [("ct2", "float32"), ("ct2", "int8")] if CT2 else []
     return [("ours", d) for d in ours_dtypes] + list(peers) + ct2
@@ -94,8 +87,7 @@ def test_throughput_quick_beam_search_bart():
 
 def test_transcribe_quick_greedy():
     require_model("whisper-tiny.en")
-    if importlib.util.find_spec("pytest_audioeval") is None:
-        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    require_speech_clips()
     stdout = run_script("transcribe.py")
     (table,) = parse_tables(stdout)
     check_table(table, expected_rows())

@@ -78,7 +78,7 @@ def _begin_suppress_after_forced_bos(rng, prompt, output):
 
 
 CASES = {f.__name__.strip("_"): f for f in (_repetition, _ngram, _bad_words, _min_tokens, _forced_bos, _forced_eos,
-                                             _suppress, _begin_suppress, _begin_suppress_after_forced_bos)}
+                                            _suppress, _begin_suppress, _begin_suppress_after_forced_bos)}
 
 
 def _run_batch(param_list, histories, logits, max_model_len=None):

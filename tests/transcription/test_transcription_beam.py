@@ -2,12 +2,12 @@
 num_beams=N)` on real speech (pytest-audioeval clips) with the packaged Whisper models: the window tokens must be
 identical, with and without timestamps, English-only and multilingual (language detected by us, given to HF)."""
 import glob
-import importlib.util
 import os
 
 import pytest
 import torch
 import transformers
+from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.transcription import pipeline as pipeline_module
@@ -16,26 +16,15 @@ from seq2seq_engine.transcription import pipeline as pipeline_module
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _resolve(name):
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        return resolve_model_path(name)
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
-
-
 def _clips(names):
-    spec = importlib.util.find_spec("pytest_audioeval")
-    if spec is None:
-        pytest.skip("pytest-audioeval is not installed")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio")
+    folder = require_speech_clips()
     paths = {os.path.relpath(p, folder): p for p in glob.glob(os.path.join(folder, "*", "*.wav"))}
     return [load_audio(paths[name]) for name in names]
 
 
 @pytest.fixture(scope="module")
 def tiny_dir():
-    return _resolve("whisper-tiny.en")
+    return require_model("whisper-tiny.en")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +77,7 @@ def test_beam_search_windows_match_hf_english_only(tiny_dir, tiny_llm, window_to
 
 def test_beam_search_windows_match_hf_multilingual_detected_language(window_tokens):
     from seq2seq_engine import LLM
-    model_dir = _resolve("whisper-base")
+    model_dir = require_model("whisper-base")
     clips = _clips(["es/pangrama.wav", "fr/comptage.wav", "ja/pangrama.wav", "en/counting.wav"])
     llm = LLM(model_dir, kv_cache_space_gb=0.4, swap_space_gb=0.01)
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()

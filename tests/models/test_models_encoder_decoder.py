@@ -107,8 +107,8 @@ def _hf_generate(hf, encoder_input, decoder_prompt, max_new_tokens):
     if _is_whisper(hf):
         out = hf.generate(input_features=encoder_input[None], forced_decoder_ids=None, **kwargs)
     else:
-        out = hf.generate(input_ids=encoder_input[None], attention_mask=torch.ones(1, len(encoder_input),
-                                                                                 dtype=torch.long),
+        out = hf.generate(input_ids=encoder_input[None],
+                          attention_mask=torch.ones(1, len(encoder_input), dtype=torch.long),
                           forced_bos_token_id=None, forced_eos_token_id=None, no_repeat_ngram_size=0, min_length=0,
                           **kwargs)
     return out[0, -max_new_tokens:].tolist()   # Whisper's generate returns only the new tokens

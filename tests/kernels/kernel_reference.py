@@ -1,4 +1,4 @@
-"""Slow, loop-based reference implementations of the cache kernels (for tests only)."""
+"""Slow, loop-based reference implementations of the cache kernels (seq2seq_engine.kernels), for test_kernels."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -59,4 +59,3 @@ def ref_swap_blocks(src, dst, block_mapping) -> None:
     """Copy pair by pair across devices."""
     for src_block, dst_block in block_mapping.tolist():
         dst[dst_block] = src[src_block].to(dst.device)
-

@@ -6,7 +6,7 @@ import sys
 
 from hf_reference import build_tiny_bart_with_tokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _clip(name):
@@ -44,7 +44,8 @@ def _hf_texts(hf_model, model_dir, lines, **generate_kwargs):
 
 def test_summarize_example_follows_the_generation_config_like_hf(tmp_path, spm_bart_tokenizer):
     model_dir, hf_model = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, num_beams=2, max_length=12,
-                                                    length_penalty=2.0, no_repeat_ngram_size=3, early_stopping=True)
+                                                         length_penalty=2.0, no_repeat_ngram_size=3,
+                                                         early_stopping=True)
     documents = ["the quick brown fox jumps over the lazy dog", "hello world speech audio encoder"]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
     stdout = _run_example("summarize.py", "--model", model_dir, str(tmp_path / "docs.txt"))

@@ -47,6 +47,3 @@ def grow(seq: Sequence, tok: int = 7) -> None:
 
 def blocks_of(bm: BlockSpaceManager, seq: Sequence):
     return bm.block_tables[seq.seq_id]
-
-
-# --------------------------------------------------------------------- allocator
