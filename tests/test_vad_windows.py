@@ -94,6 +94,14 @@ def test_window_vad_options_cap_max_speech_at_the_window():
         window_vad_options("yes", None, W)
 
 
+def test_missing_vad_weights_are_reported_before_any_audio_is_read(monkeypatch):
+    from seq2seq_engine.audio import silero
+    monkeypatch.setattr(silero.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(silero.VadUnavailable, match="pip install silero-vad"):
+        window_vad_options(True, None, W)
+    assert window_vad_options(False, None, W) is None
+
+
 def test_stitch_places_a_packed_windows_segments_on_the_input_timeline():
     from test_transcription_units import EN, ts
     # The window holds 1-3 s and 10-11.5 s of the input; Whisper says 0.0-0.8 "100", 1.8-3.0 "200 201" (mostly

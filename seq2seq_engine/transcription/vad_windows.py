@@ -8,6 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.audio.silero import model_path
 from seq2seq_engine.audio.vad import Region, VadOptions, speech_regions
 
 
@@ -146,6 +147,7 @@ def window_vad_options(vad_filter: bool, vad_parameters: Any, window_samples: in
     window_s = window_samples / SAMPLE_RATE
     if not vad_filter:
         return None
+    model_path()  # VadUnavailable now, before any input is loaded, if the weights are not installed
     return dataclasses.replace(options, max_speech_duration_s=min(options.max_speech_duration_s, window_s))
 
 
