@@ -1,5 +1,6 @@
 """`seq2seq-engine transcribe AUDIO... --model whisper-tiny.en [--language de] [--task translate] [--timestamps]
-[--output-format txt|json|srt|vtt] [--output-dir DIR]`.
+[--vad-filter [--vad-threshold 0.5 --vad-min-silence-ms 2000 ...]] [--output-format txt|json|srt|vtt]
+[--output-dir DIR]`.
 
 With --output-dir, one file per input (`<input stem>.<format>`; a clashing stem gets `-<n>` added). Without it,
 txt prints one line per input to stdout (an empty line for a failed input, so lines match inputs), json prints
@@ -51,7 +52,35 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--no-skip-silence", dest="skip_silence", action="store_false",
                         help="decode silent windows too (by default they give no text)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_vad_arguments(parser)
     return parser
+
+
+# (flag, VadOptions field, type, help)
+_VAD_FLAGS = [("--vad-threshold", "threshold", float, "speech probability threshold (default 0.5)"),
+              ("--vad-neg-threshold", "neg_threshold", float, "silence threshold inside speech (threshold - 0.15)"),
+              ("--vad-min-speech-ms", "min_speech_duration_ms", float, "drop shorter speech (default 0)"),
+              ("--vad-max-speech-s", "max_speech_duration_s", float, "cut longer speech (default and at most 30)"),
+              ("--vad-min-silence-ms", "min_silence_duration_ms", float, "silence that ends speech (default 2000)"),
+              ("--vad-speech-pad-ms", "speech_pad_ms", float, "padding on each side of speech (default 400)")]
+
+
+def add_vad_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vad-filter", action=argparse.BooleanOptionalAction, default=False,
+                        help="decode only speech found by Silero VAD, packed into 30 s windows (default: off)")
+    for flag, field, kind, text in _VAD_FLAGS:
+        parser.add_argument(flag, dest=f"vad_{field}", type=kind, default=None, metavar=kind.__name__.upper(),
+                            help=f"with --vad-filter: {text}")
+
+
+def vad_parameters(args: argparse.Namespace) -> dict:
+    """The VAD settings given on the command line (VadOptions fields); a setting without --vad-filter is an error."""
+    given = {field: getattr(args, f"vad_{field}") for _, field, _, _ in _VAD_FLAGS
+             if getattr(args, f"vad_{field}", None) is not None}
+    if given and not args.vad_filter:
+        flags = [flag for flag, field, _, _ in _VAD_FLAGS if field in given]
+        raise ValueError(f"{', '.join(flags)} {'needs' if len(flags) == 1 else 'need'} --vad-filter")
+    return given
 
 
 def _output_paths(sources: Sequence[str], output_dir: str, output_format: str) -> List[str]:
@@ -112,13 +141,15 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         from seq2seq_engine.model_loader.resolver import resolve_model_path
         from seq2seq_engine.transcription.pipeline import transcribe
 
+        vad = vad_parameters(args)
         llm = LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,
                   kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
                   swap_space_gb=args.swap_space_gb)
         results = transcribe(llm, list(args.audio), language=args.language, task=args.task,
                              timestamps=args.timestamps, condition_on_previous_text=args.condition_on_previous_text,
                              max_new_tokens=args.max_new_tokens, use_tqdm=not args.quiet,
-                             skip_silence=args.skip_silence, beam_width=args.beam_width)
+                             skip_silence=args.skip_silence, beam_width=args.beam_width,
+                             vad_filter=args.vad_filter, vad_parameters=vad)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
         err.write(f"seq2seq-engine transcribe: error: {error}\n")
         return EXIT_USAGE

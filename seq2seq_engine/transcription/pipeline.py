@@ -6,8 +6,8 @@
 How it runs (the engine is driven directly with add_request/step, so progress can be reported per window):
 
 * Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
-  30 s windows (the encoder's span) and each window becomes one request whose log-mel features are computed at
-  admission. An input that cannot be read (AudioError) gets a result with `.error` set; the others go on.
+  30 s windows (the encoder's span; with vad_filter, speech regions packed into windows, vad_windows.py), each
+  one request whose log-mel features are computed at admission. An unreadable input (AudioError) gets `.error`.
 * Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
   language.py); the input's windows are queued when its detection finishes. English-only models use "en".
 * Throughput mode (default): all windows of all inputs are independent requests. Sequential mode
@@ -31,8 +31,7 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Union
 import torch
 from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import (SAMPLE_RATE, AudioError, encoder_window_samples, is_silent, load_audio,
-                                  split_into_windows)
+from seq2seq_engine.audio import SAMPLE_RATE, AudioError, encoder_window_samples, load_audio
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
@@ -40,8 +39,10 @@ from seq2seq_engine.transcription.processors import whisper_processors
 from seq2seq_engine.transcription.prompts import TASKS
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
+from seq2seq_engine.transcription.vad_windows import window_vad_options
 from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
-                                                     is_single_input, samples_hint, whisper_tokens_for)
+                                                     is_single_input, make_windows, samples_hint,
+                                                     whisper_tokens_for)
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ _REQUEST_PREFIX = "transcribe"
 class _Transcription:
     def __init__(self, engine: Any, sources: Sequence[Any], language: Optional[str], task: str, timestamps: bool,
                  condition_on_previous_text: bool, max_new_tokens: Optional[int], use_tqdm: bool,
-                 max_in_flight: Optional[int], skip_silence: bool, beam_width: int) -> None:
+                 max_in_flight: Optional[int], skip_silence: bool, beam_width: int, vad_filter: bool = False,
+                 vad_parameters: Any = None) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         max_beam_width = engine.scheduler_config.max_beam_width
@@ -74,6 +76,7 @@ class _Transcription:
         self.skip_silence = skip_silence
         self.beam_width = beam_width
         self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
+        self.vad = window_vad_options(vad_filter, vad_parameters, self.window_samples)
         self.processors = whisper_processors(self.tokens, timestamps)
         self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
         if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
@@ -147,9 +150,8 @@ class _Transcription:
             return
         item.duration = len(audio) / SAMPLE_RATE
         self._adjust_total(len(audio) - item.samples_hint)
-        item.windows = [Window(k, start, chunk, self.skip_silence and is_silent(chunk))
-                        for k, (start, chunk) in enumerate(split_into_windows(
-                            audio, window_s=self.window_samples / SAMPLE_RATE))]
+        item.windows = make_windows(audio, self.window_samples, self.skip_silence, self.vad)
+        self.progress.update(len(audio) - sum(len(w.samples) for w in item.windows))  # what VAD left out is done
         item.language = self.language
         speech = [w for w in item.windows if not w.silent]
         if item.language is None and speech:
@@ -219,7 +221,7 @@ class _Transcription:
         return features_for(self.engine, window.samples)
 
     def _window_done(self, item: InputState, window: Window, token_ids: List[int]) -> None:
-        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids)
+        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, window.time_map)
         self.progress.update(len(window.samples))
 
     def _maybe_finish(self, item: InputState) -> None:
@@ -263,7 +265,8 @@ class _Transcription:
 def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: str = "transcribe",
                timestamps: bool = False, condition_on_previous_text: bool = False,
                max_new_tokens: Optional[int] = None, use_tqdm: bool = True, max_in_flight: Optional[int] = None,
-               skip_silence: bool = True, beam_width: int = 1) -> List[TranscriptionResult]:
+               skip_silence: bool = True, beam_width: int = 1, vad_filter: bool = False,
+               vad_parameters: Any = None) -> List[TranscriptionResult]:
     """Transcribe (or translate to English) each input with a Whisper model; one result per input, in order.
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
@@ -286,8 +289,12 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
     beam_width: 1 decodes greedily; more runs HF-style beam search per window (length_penalty 1, no early
         stopping, as `generate(num_beams=beam_width)`), the best hypothesis giving the text. Language
         detection stays a greedy 1-token request.
+    vad_filter: decode only speech (Silero VAD): each input's speech regions, padded, are packed into 30 s windows
+        and timestamps mapped back to the input's timeline; non-speech gives no text (vad_windows.py).
+    vad_parameters: a dict or VadOptions (seq2seq_engine.audio.vad; faster-whisper's fields and defaults, with
+        max_speech_duration_s capped at the 30 s window); validated, and used only with vad_filter.
     """
     engine = getattr(llm, "llm_engine", llm)
     sources = [audio] if is_single_input(audio) else list(audio)
     return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
-                          use_tqdm, max_in_flight, skip_silence, beam_width).run()
+                          use_tqdm, max_in_flight, skip_silence, beam_width, vad_filter, vad_parameters).run()

@@ -9,11 +9,13 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, log_mel_spectrogram
+from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, is_silent, log_mel_spectrogram, split_into_windows
+from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.prompts import WhisperTokens
 from seq2seq_engine.transcription.segments import WindowTokens
+from seq2seq_engine.transcription.vad_windows import TimeMap, detect_speech_windows
 
 
 # ---------------------------------------------------------------------------------------------- model facts
@@ -41,6 +43,7 @@ class Window:
     start_sample: int
     samples: np.ndarray
     silent: bool
+    time_map: Optional[TimeMap] = None  # packed speech regions (vad_filter): window time -> input time
 
     @property
     def offset(self) -> float:
@@ -49,6 +52,20 @@ class Window:
     @property
     def duration(self) -> float:
         return len(self.samples) / SAMPLE_RATE
+
+
+def make_windows(audio: np.ndarray, window_samples: int, skip_silence: bool,
+                 vad: Optional[VadOptions]) -> List[Window]:
+    """An input's windows: consecutive 30 s cuts, or with `vad` its speech regions packed into windows (no window
+    when it has no speech). With `skip_silence`, windows below -60 dBFS are marked silent (not decoded)."""
+    if vad is None:
+        cuts = [(start, chunk, None) for start, chunk in split_into_windows(
+            audio, window_s=window_samples / SAMPLE_RATE)]
+    else:
+        cuts = [(w.time_map.start_sample, w.samples, w.time_map)
+                for w in detect_speech_windows(audio, vad, window_samples)]
+    return [Window(k, start, chunk, skip_silence and is_silent(chunk), time_map)
+            for k, (start, chunk, time_map) in enumerate(cuts)]
 
 
 @dataclasses.dataclass

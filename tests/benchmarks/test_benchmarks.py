@@ -95,6 +95,18 @@ def test_transcribe_quick_greedy():
     assert {r["clips"] for r in table} == {"4"}
 
 
+def test_vad_backends_quick_agree_with_the_modules_own_forward():
+    if importlib.util.find_spec("pytest_audioeval") is None:
+        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    (table,) = parse_tables(run_script("vad_backends.py"))
+    expected = ["jit-frames", "jit-batched"] + (["onnx-frames", "onnx-blocks"] if importlib.util.find_spec(
+        "onnxruntime") else [])
+    assert [r["engine"] for r in table] == expected
+    for r in table:
+        assert float(r["wall s"]) > 0 and r["flips at 0.5"] == "0" and r["same regions"] == "yes"
+        assert float(r["max abs diff vs jit-frames"]) < 1e-4
+
+
 def test_step_times_quick_reports_prefill_and_decode_steps():
     require_model("smollm2-135m")
     stdout = run_script("step_times.py")
