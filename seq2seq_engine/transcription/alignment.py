@@ -1,0 +1,94 @@
+"""Teacher-forced alignment pass: a window's tokens through the loaded Whisper weights in plain torch, keeping the
+alignment heads' cross-attention scores (pre-softmax, scaled q·kᵀ) and the logits of every position.
+
+The paged engine drops the encoder output after prefill and its decode kernel returns no attention weights, so
+word timing re-runs the window once, as openai-whisper's ``find_alignment`` does: encoder over the window's
+log-mel features, decoder over `prompt + tokens` with a causal mask, no KV cache. The engine's model modules
+are read for their weights only (their Attention layers are bypassed), so this works whatever the step's batch.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from seq2seq_engine.transcription.prompts import _generation_config
+
+Head = Tuple[int, int]  # (decoder layer, head)
+
+
+def alignment_heads(hf_config: Any, model_dir: Optional[str] = None) -> List[Head]:
+    """The model's alignment heads: generation_config.json's `alignment_heads` (HF layout, also written by the
+    CTranslate2 conversion), else the config's, else every head of the last half of the decoder layers
+    (openai-whisper's default)."""
+    heads = _generation_config(model_dir).get("alignment_heads") or getattr(hf_config, "alignment_heads", None)
+    if heads:
+        return [(int(layer), int(head)) for layer, head in heads]
+    layers, num_heads = hf_config.decoder_layers, hf_config.decoder_attention_heads
+    return [(layer, head) for layer in range(layers // 2, layers) for head in range(num_heads)]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
+            mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Multi-head attention over [T, d] / [S, d]; returns (output [T, d], scaled scores [heads, T, S])."""
+    length, dim = q.shape
+    head_size = dim // num_heads
+    q = q.view(length, num_heads, head_size).transpose(0, 1)
+    k = k.view(-1, num_heads, head_size).transpose(0, 1)
+    v = v.view(-1, num_heads, head_size).transpose(0, 1)
+    scores = (q @ k.transpose(-1, -2)) * head_size ** -0.5
+    if mask is not None:
+        scores = scores + mask
+    out = scores.softmax(dim=-1) @ v
+    return out.transpose(0, 1).reshape(length, dim), scores
+
+
+def _self_attention(module: Any, hidden: torch.Tensor, num_heads: int, mask: Optional[torch.Tensor]):
+    q, k, v = module.qkv_proj(hidden).split(module.embed_dim, dim=-1)
+    return module.out_proj(_attend(q, k, v, num_heads, mask)[0])
+
+
+def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tensor:
+    weight = encoder.conv1.weight
+    hidden = features.to(dtype=weight.dtype, device=weight.device).unsqueeze(0)
+    hidden = F.gelu(encoder.conv2(F.gelu(encoder.conv1(hidden))))[0].transpose(0, 1)
+    hidden = hidden + encoder.embed_positions.weight[:hidden.shape[0]]
+    for layer in encoder.layers:
+        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, None)
+        hidden = hidden + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden))))
+    return encoder.layer_norm(hidden)
+
+
+def _decode(decoder: Any, token_ids: Sequence[int], encoded: torch.Tensor, num_heads: int,
+            heads: Sequence[Head]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(final hidden states [T, d], the heads' cross-attention scores [len(heads), T, S])."""
+    ids = torch.tensor(list(token_ids), dtype=torch.long, device=encoded.device)
+    hidden = decoder.embed_tokens(ids) + decoder.embed_positions.weight[:len(ids)]
+    mask = torch.full((len(ids), len(ids)), float("-inf"), dtype=hidden.dtype, device=hidden.device).triu(1)
+    wanted = {}
+    for index, layer in enumerate(decoder.layers):
+        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, mask)
+        cross = layer.encoder_attn
+        k, v = cross.kv_proj(encoded).split(cross.embed_dim, dim=-1)
+        out, scores = _attend(cross.q_proj(layer.encoder_attn_layer_norm(hidden)), k, v, num_heads)
+        hidden = hidden + cross.out_proj(out)
+        hidden = hidden + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden))))
+        wanted.update({(index, head): scores[head] for head in range(num_heads) if (index, head) in heads})
+    scores = torch.stack([wanted[head] for head in heads]).float()
+    return decoder.layer_norm(hidden), scores
+
+
+@torch.inference_mode()
+def alignment_pass(model: Any, features: torch.Tensor, token_ids: Sequence[int],
+                   heads: Sequence[Head]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
+    [n_mels, frames]; token_ids: the decoder input (prompt + generated tokens).
+
+    Returns (scores [len(heads), len(token_ids), encoder frames]: scaled q·kᵀ of the alignment heads, softmax
+    not applied; logits [len(token_ids), vocab], float32). Row i is the query at input position i.
+    """
+    config = model.config
+    encoded = _encode(model.model.encoder, features, config.encoder_attention_heads)
+    hidden, scores = _decode(model.model.decoder, token_ids, encoded, config.decoder_attention_heads, list(heads))
+    return scores, model.compute_logits(hidden)

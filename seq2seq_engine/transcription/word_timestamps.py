@@ -1,0 +1,102 @@
+"""Word timestamps for one finished window: alignment pass, DTW token timing, words per segment.
+
+    aligner = WordAligner(engine, whisper_tokens)
+    words_per_segment = aligner.window_words(features, token_ids, language, task, duration)
+
+As openai-whisper: the window's text tokens (timestamps dropped) follow `sot [lang task] <|notimestamps|>` and
+are followed by `<|endoftext|>`; the alignment pass (alignment.py) yields the heads' cross-attention over the
+window's frames and each token's probability (softmax over the non-special vocabulary at the position that
+predicts it); words are timed (timing.py, words.py) and handed out to the window's segments in token order.
+Times are seconds relative to the window, clamped to [0, duration]; segment times are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from seq2seq_engine.transcription.alignment import alignment_heads, alignment_pass
+from seq2seq_engine.transcription.prompts import WhisperTokens
+from seq2seq_engine.transcription.segments import split_segments
+from seq2seq_engine.transcription.timing import (FRAME_SECONDS, alignment_matrix, scores_to_weights,
+                                                 token_start_frames)
+from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, time_words,
+                                                truncate_long_words)
+
+
+class WordAligner:
+    """Times the words of finished windows with the engine's loaded Whisper weights."""
+
+    def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
+        self.model = engine.model_runner.model
+        self.tokenizer = engine.tokenizer
+        self.tokens = tokens
+        config = engine.model_config
+        self.heads = alignment_heads(config.hf_config, config.model)
+        self.max_positions = config.hf_config.max_target_positions
+
+    def _decode(self, token_ids: List[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=False)
+
+    def align(self, features: torch.Tensor, text_tokens: Sequence[int], language: str, task: str,
+              duration: float) -> Tuple[List[WordTiming], float]:
+        """(timed words (punctuation merged, possibly empty entries) of `text_tokens` in a window of
+        `duration` seconds whose log-mel features are `features` [n_mels, frames], median word duration)."""
+        prompt = self.tokens.prompt(language if self.tokens.is_multilingual else None, task, timestamps=False)
+        text_tokens = [int(t) for t in text_tokens][:self.max_positions - len(prompt) - 1]
+        if not text_tokens:
+            return [], 0.0
+        sequence = prompt + text_tokens + [self.tokens.eot]
+        scores, logits = alignment_pass(self.model, features, sequence, self.heads)
+        num_frames = max(1, min(scores.shape[-1], int(round(duration / FRAME_SECONDS))))
+        matrix = alignment_matrix(scores_to_weights(scores, num_frames))[len(prompt) - 1:-1]
+        text_logits = logits[len(prompt) - 1:len(prompt) - 1 + len(text_tokens), :self.tokens.eot]
+        probs = text_logits.softmax(dim=-1)[torch.arange(len(text_tokens)), torch.tensor(text_tokens)]
+        words = time_words(text_tokens, probs.cpu().numpy(), token_start_frames(matrix), self._decode,
+                           self.tokens.eot, language, FRAME_SECONDS)
+        median = truncate_long_words(words)
+        merge_punctuations(words)
+        return words, median
+
+    def window_words(self, features: torch.Tensor, token_ids: Sequence[int], language: str, task: str,
+                     duration: float) -> List[List[WordTiming]]:
+        """The words of each segment split_segments finds in the window's generated `token_ids`."""
+        segments = split_segments(token_ids, self.tokens, duration)
+        text_tokens = [t for _, _, segment_tokens in segments for t in segment_tokens]
+        words, median = self.align(features, text_tokens, language, task, duration)
+        return distribute(words, segments, duration, median)
+
+
+def distribute(words: List[WordTiming], segments: Sequence[Any], duration: float,
+               median: float) -> List[List[WordTiming]]:
+    """Hand the words to the segments in token order (a segment takes words until it has its token count);
+    the first and last word of a segment that overrun the segment's timestamps by over 0.5 s are pulled in
+    (openai's boundary rule), then all times are clamped to [0, duration] and made monotone."""
+    result: List[List[WordTiming]] = []
+    index = 0
+    for start, end, segment_tokens in segments:
+        taken, seg_words = 0, []
+        while index < len(words) and taken < len(segment_tokens):
+            if words[index].word:
+                seg_words.append(words[index])
+            taken += len(words[index].tokens)
+            index += 1
+        if seg_words:
+            first, last = seg_words[0], seg_words[-1]
+            if start < first.end and start - 0.5 > first.start:
+                first.start = max(0.0, min(first.end - median, start))
+            if end > last.start and end + 0.5 < last.end:
+                last.end = max(last.start + median, end)
+        result.append(seg_words)
+    _clamp([w for seg in result for w in seg], duration)
+    return result
+
+
+def _clamp(words: List[WordTiming], duration: float) -> None:
+    previous_end = 0.0
+    for word in words:
+        word.start = float(np.clip(word.start, previous_end, duration))
+        word.end = float(np.clip(word.end, word.start, duration))
+        word.start, word.end = round(word.start, 3), round(word.end, 3)
+        previous_end = word.end

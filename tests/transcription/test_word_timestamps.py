@@ -1,0 +1,80 @@
+"""Word timestamps against HF transformers on real speech (pytest-audioeval clips, packaged whisper-tiny.en): the
+alignment pass's cross-attention of the alignment heads equals HF's `output_attentions`, our DTW token timing
+equals HF's `return_token_timestamps`, and transcribe(word_timestamps=True) gives consistent words."""
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from conftest import require_model, require_speech_clips
+
+from seq2seq_engine.audio import load_audio
+from seq2seq_engine.transcription.alignment import alignment_heads, alignment_pass
+from seq2seq_engine.transcription.timing import FRAME_SECONDS, alignment_matrix, token_start_frames
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CLIPS = ["en/quick_brown_fox.wav", "en/counting.wav"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir():
+    return require_model("whisper-tiny.en")
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tiny_dir):
+    from seq2seq_engine import LLM
+    return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.01)
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_dir):
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(tiny_dir, attn_implementation="eager")
+    return model.eval()
+
+
+def _features(model_dir, name):
+    samples = load_audio(os.path.join(require_speech_clips(), name))
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)
+    return samples, extractor(samples, sampling_rate=16000, return_tensors="pt").input_features
+
+
+def _hf_generate(hf_model, features):
+    """(generated sequence with its prompt, HF's token timestamps [len(sequence)])."""
+    with torch.no_grad():
+        out = hf_model.generate(features, max_new_tokens=64, return_token_timestamps=True, output_attentions=True,
+                                return_dict_in_generate=True, force_unique_generate_call=True)
+    return out["sequences"][0].tolist(), out["token_timestamps"][0].numpy()
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_alignment_heads_match_hf_cross_attentions(tiny_llm, tiny_dir, hf_model, clip):
+    _, features = _features(tiny_dir, clip)
+    sequence, _ = _hf_generate(hf_model, features)
+    heads = alignment_heads(tiny_llm.llm_engine.model_config.hf_config, tiny_dir)
+    assert heads == [tuple(h) for h in hf_model.generation_config.alignment_heads]
+    with torch.no_grad():
+        hf = hf_model(input_features=features, decoder_input_ids=torch.tensor([sequence]), output_attentions=True)
+    expected = torch.stack([hf.cross_attentions[layer][0, head] for layer, head in heads])
+    scores, logits = alignment_pass(tiny_llm.llm_engine.model_runner.model, features[0], sequence, heads)
+    assert (scores.softmax(-1) - expected).abs().max().item() < 1e-4
+    assert (logits - hf.logits[0]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_token_timestamps_match_hf(tiny_llm, tiny_dir, hf_model, clip):
+    """HF's generate-time timing (prompt rows dropped, no re-normalisation) from our weights gives HF's times."""
+    _, features = _features(tiny_dir, clip)
+    sequence, hf_times = _hf_generate(hf_model, features)
+    heads = alignment_heads(tiny_llm.llm_engine.model_config.hf_config, tiny_dir)
+    scores, _ = alignment_pass(tiny_llm.llm_engine.model_runner.model, features[0], sequence[:-1], heads)
+    prompt_len = 2  # <|startoftranscript|><|notimestamps|> (English-only model, no timestamps)
+    assert sequence[1] == hf_model.generation_config.no_timestamps_token_id
+    matrix = alignment_matrix(scores.softmax(-1)[:, prompt_len:])
+    ours = token_start_frames(matrix) * FRAME_SECONDS
+    theirs = hf_times[prompt_len:prompt_len + len(ours)]
+    assert np.abs(ours - theirs).max() <= FRAME_SECONDS + 1e-6
+    assert np.median(np.abs(ours - theirs)) <= 1e-6
+
