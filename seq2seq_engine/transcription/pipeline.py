@@ -40,6 +40,7 @@ from seq2seq_engine.transcription.prompts import TASKS
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
 from seq2seq_engine.transcription.vad_windows import window_vad_options
+from seq2seq_engine.transcription.word_timestamps import WordAligner
 from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
                                                      is_single_input, make_windows, samples_hint,
                                                      whisper_tokens_for)
@@ -54,7 +55,7 @@ class _Transcription:
     def __init__(self, engine: Any, sources: Sequence[Any], language: Optional[str], task: str, timestamps: bool,
                  condition_on_previous_text: bool, max_new_tokens: Optional[int], use_tqdm: bool,
                  max_in_flight: Optional[int], skip_silence: bool, beam_width: int, vad_filter: bool = False,
-                 vad_parameters: Any = None) -> None:
+                 vad_parameters: Any = None, word_timestamps: bool = False) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         max_beam_width = engine.scheduler_config.max_beam_width
@@ -78,6 +79,7 @@ class _Transcription:
         self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
         self.vad = window_vad_options(vad_filter, vad_parameters, self.window_samples)
         self.processors = whisper_processors(self.tokens, timestamps)
+        self.aligner = WordAligner(engine, self.tokens) if word_timestamps else None
         self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
         if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -221,7 +223,10 @@ class _Transcription:
         return features_for(self.engine, window.samples)
 
     def _window_done(self, item: InputState, window: Window, token_ids: List[int]) -> None:
-        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, window.time_map)
+        done = item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, window.time_map)
+        if self.aligner is not None:  # word timestamps: an alignment pass over the finished window
+            done.words = self.aligner.window_words(self._features(window), token_ids, item.language, self.task,
+                                                   window.duration)
         self.progress.update(len(window.samples))
 
     def _maybe_finish(self, item: InputState) -> None:
@@ -266,7 +271,7 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
                timestamps: bool = False, condition_on_previous_text: bool = False,
                max_new_tokens: Optional[int] = None, use_tqdm: bool = True, max_in_flight: Optional[int] = None,
                skip_silence: bool = True, beam_width: int = 1, vad_filter: bool = False,
-               vad_parameters: Any = None) -> List[TranscriptionResult]:
+               vad_parameters: Any = None, word_timestamps: bool = False) -> List[TranscriptionResult]:
     """Transcribe (or translate to English) each input with a Whisper model; one result per input, in order.
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
@@ -293,8 +298,10 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
         and timestamps mapped back to the input's timeline; non-speech gives no text (vad_windows.py).
     vad_parameters: a dict or VadOptions (seq2seq_engine.audio.vad; faster-whisper's fields and defaults, with
         max_speech_duration_s capped at the 30 s window); validated, and used only with vad_filter.
+    word_timestamps: each segment gets `.words` (Word: start, end, word, probability; word_timestamps.py).
     """
     engine = getattr(llm, "llm_engine", llm)
     sources = [audio] if is_single_input(audio) else list(audio)
     return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
-                          use_tqdm, max_in_flight, skip_silence, beam_width, vad_filter, vad_parameters).run()
+                          use_tqdm, max_in_flight, skip_silence, beam_width, vad_filter, vad_parameters,
+                          word_timestamps).run()

@@ -3,21 +3,41 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 OUTPUT_FORMATS = ("txt", "json", "srt", "vtt")
 
 
 @dataclasses.dataclass
+class Word:
+    """One timed word (word_timestamps=True): seconds from the start of the input; `word` keeps its leading
+    space and merged punctuation; probability: mean probability of its tokens."""
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"start": round(self.start, 3), "end": round(self.end, 3), "word": self.word,
+                "probability": round(self.probability, 4)}
+
+
+@dataclasses.dataclass
 class Segment:
-    """A stretch of the transcript, in seconds from the start of the input."""
+    """A stretch of the transcript, in seconds from the start of the input; words: its timed words when word
+    timestamps were asked for, else None."""
 
     start: float
     end: float
     text: str
+    words: Optional[List[Word]] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text}
+        data: Dict[str, Any] = {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text}
+        if self.words is not None:
+            data["words"] = [word.to_dict() for word in self.words]
+        return data
 
 
 @dataclasses.dataclass
@@ -67,23 +87,30 @@ def _cue_text(text: str) -> str:
     return "\n".join(lines).replace("-->", "->")
 
 
-def to_srt(result: TranscriptionResult) -> str:
+def _cues(result: TranscriptionResult, max_words_per_line: Optional[int]) -> List[Tuple[float, float, str]]:
+    """(start, end, text) per subtitle cue: one per segment, or with max_words_per_line and word timestamps,
+    one per run of at most that many words of a segment (timed from its first word's start to its last's end)."""
+    if max_words_per_line is not None and max_words_per_line < 1:
+        raise ValueError(f"max_words_per_line must be a positive int or None, got {max_words_per_line!r}")
     cues = []
     for segment in result.segments:
-        text = _cue_text(segment.text)
-        if not text:
+        if max_words_per_line is None or not segment.words:
+            cues.append((segment.start, segment.end, _cue_text(segment.text)))
             continue
-        cues.append(f"{len(cues) + 1}\n{format_timestamp(segment.start, ',')} --> "
-                    f"{format_timestamp(segment.end, ',')}\n{text}\n")
-    return "\n".join(cues)
+        for first in range(0, len(segment.words), max_words_per_line):
+            line = segment.words[first:first + max_words_per_line]
+            cues.append((line[0].start, line[-1].end, _cue_text("".join(word.word for word in line))))
+    return [cue for cue in cues if cue[2]]
 
 
-def to_vtt(result: TranscriptionResult) -> str:
-    cues = ["WEBVTT\n"]
-    for segment in result.segments:
-        text = _cue_text(segment.text)
-        if text:
-            cues.append(f"{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}\n{text}\n")
+def to_srt(result: TranscriptionResult, max_words_per_line: Optional[int] = None) -> str:
+    return "\n".join(f"{number}\n{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n{text}\n"
+                     for number, (start, end, text) in enumerate(_cues(result, max_words_per_line), 1))
+
+
+def to_vtt(result: TranscriptionResult, max_words_per_line: Optional[int] = None) -> str:
+    cues = ["WEBVTT\n"] + [f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n"
+                           for start, end, text in _cues(result, max_words_per_line)]
     return "\n".join(cues)
 
 
@@ -95,9 +122,12 @@ def to_json(result: TranscriptionResult) -> str:
     return json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
-def render(result: TranscriptionResult, output_format: str) -> str:
-    """The result as one of OUTPUT_FORMATS."""
+def render(result: TranscriptionResult, output_format: str, max_words_per_line: Optional[int] = None) -> str:
+    """The result as one of OUTPUT_FORMATS; max_words_per_line: srt/vtt cues of at most that many words (needs
+    word timestamps; segments without words keep one cue)."""
     renderers = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt}
     if output_format not in renderers:
         raise ValueError(f"output format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    if output_format in ("srt", "vtt"):
+        return renderers[output_format](result, max_words_per_line)
     return renderers[output_format](result)

@@ -13,10 +13,11 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.transcription.prompts import TIME_PRECISION, WhisperTokens
-from seq2seq_engine.transcription.results import Segment
+from seq2seq_engine.transcription.results import Segment, Word
 
 if TYPE_CHECKING:
     from seq2seq_engine.transcription.vad_windows import TimeMap
+    from seq2seq_engine.transcription.words import WordTiming
 
 RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
 
@@ -30,6 +31,7 @@ class WindowTokens:
     duration: float
     token_ids: List[int]
     time_map: Optional["TimeMap"] = None  # a window of speech regions (vad_filter): maps its times to the input's
+    words: Optional[List[List["WordTiming"]]] = None  # word timestamps: per split_segments segment, window times
 
     def input_span(self, start: float, end: float) -> Tuple[float, float]:
         """The input's (start, end) of a segment `start`..`end` seconds into the window, rounded to the microsecond
@@ -38,6 +40,14 @@ class WindowTokens:
             start, end = self.time_map.span(start, end)
             return round(start, 6), round(end, 6)
         return round(self.offset + start, 6), round(self.offset + end, 6)
+
+    def input_words(self, index: Optional[int] = None) -> Optional[List[Word]]:
+        """The timed words of segment `index` (all the window's with None) on the input's timeline, or None
+        without word timestamps."""
+        if self.words is None:
+            return None
+        timings = [w for segment in self.words for w in segment] if index is None else self.words[index]
+        return [Word(*self.input_span(w.start, w.end), w.word, w.probability) for w in timings]
 
 
 def split_segments(token_ids: Sequence[int], tokens: WhisperTokens, window_duration: float,
@@ -80,17 +90,19 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
     pieces: List[str] = []
     for window in windows:
         if timestamps:
-            for start, end, text_ids in split_segments(window.token_ids, tokens, window.duration):
+            for index, (start, end, text_ids) in enumerate(split_segments(window.token_ids, tokens, window.duration)):
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(*window.input_span(start, end), text.strip()))
+                    segments.append(Segment(*window.input_span(start, end), text.strip(), window.input_words(index)))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
             if text.strip() and window.time_map is not None:
                 segments.append(Segment(window.time_map.to_original(0.0),
-                                        window.time_map.to_original(window.duration, is_end=True), text.strip()))
+                                        window.time_map.to_original(window.duration, is_end=True), text.strip(),
+                                        window.input_words()))
             elif text.strip():
-                segments.append(Segment(window.offset, window.offset + window.duration, text.strip()))
+                segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
+                                        window.input_words()))
     return "".join(pieces).strip(), segments

@@ -78,3 +78,51 @@ def test_token_timestamps_match_hf(tiny_llm, tiny_dir, hf_model, clip):
     assert np.abs(ours - theirs).max() <= FRAME_SECONDS + 1e-6
     assert np.median(np.abs(ours - theirs)) <= 1e-6
 
+
+def _check_words(result, window_seconds=30.0):
+    previous_end = 0.0
+    for segment in result.segments:
+        assert segment.words, segment
+        assert "".join(word.word for word in segment.words).strip() == segment.text
+        for word in segment.words:
+            assert previous_end <= word.start <= word.end <= min(result.duration, window_seconds) + 1e-6
+            assert 0.0 < word.probability <= 1.0
+            previous_end = word.end
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_transcribe_words_consistent_and_close_to_hf(tiny_llm, tiny_dir, hf_model, timestamps):
+    from seq2seq_engine.transcription import transcribe
+    differences = []
+    for clip in CLIPS:
+        samples, features = _features(tiny_dir, clip)
+        result = transcribe(tiny_llm, samples, timestamps=timestamps, word_timestamps=True, use_tqdm=False)[0]
+        _check_words(result)
+        if timestamps:
+            continue
+        sequence, hf_times = _hf_generate(hf_model, features)
+        words = [word for segment in result.segments for word in segment.words]
+        assert "".join(w.word for w in words) == tiny_llm.get_tokenizer().decode(sequence[2:-1])
+        spans = _hf_word_spans(tiny_llm.get_tokenizer(), sequence, hf_times, words)
+        differences += [abs(word.start - start) for word, (start, _) in zip(words, spans)]
+        differences += [abs(word.end - end) for word, (_, end) in zip(words, spans)]
+    if differences:
+        print(f"word times vs HF: median {np.median(differences):.3f} s, max {np.max(differences):.3f} s")
+        assert np.median(differences) <= 0.1, differences
+    manager = tiny_llm.llm_engine.scheduler.block_manager
+    assert manager.get_num_free_gpu_blocks() == tiny_llm.llm_engine.cache_config.num_gpu_blocks
+
+
+def _hf_word_spans(tokenizer, sequence, hf_times, words):
+    """Each word's (start, end) from HF's token timestamps. HF times token p from the cross-attention row whose
+    input is token p, i.e. the row that predicts token p + 1 (the time token p ends): a word starts at the time of
+    the token before its first (0 after the prompt) and ends at its last token's time."""
+    spans, position, text = [], 2, ""
+    for word in words:
+        first = position
+        target = text + word.word
+        while tokenizer.decode(sequence[2:position]) != target:
+            position += 1
+        spans.append((float(hf_times[first - 1]), float(hf_times[position - 1])))
+        text = target
+    return spans
