@@ -1,6 +1,6 @@
 """`seq2seq-engine transcribe AUDIO... --model whisper-tiny.en [--language de] [--task translate] [--timestamps]
-[--vad-filter [--vad-threshold 0.5 --vad-min-silence-ms 2000 ...]] [--output-format txt|json|srt|vtt]
-[--output-dir DIR]`.
+[--vad-filter [--vad-threshold 0.5 --vad-min-silence-ms 2000 ...]] [--word-timestamps [--max-words-per-line N]]
+[--output-format txt|json|srt|vtt] [--output-dir DIR]`.
 
 With --output-dir, one file per input (`<input stem>.<format>`; a clashing stem gets `-<n>` added). Without it,
 txt prints one line per input to stdout (an empty line for a failed input, so lines match inputs), json prints
@@ -38,6 +38,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--task", default="transcribe", choices=["transcribe", "translate"],
                         help="translate = into English (multilingual models)")
     parser.add_argument("--timestamps", action="store_true", help="predict timestamps: one segment per phrase")
+    parser.add_argument("--word-timestamps", action="store_true", help="time each word (json: segments[].words)")
+    parser.add_argument("--max-words-per-line", type=int, default=None, metavar="N",
+                        help="srt/vtt: cues of at most N words (turns on --word-timestamps)")
     parser.add_argument("--condition-on-previous-text", action="store_true",
                         help="decode each file's 30 s windows in order, prompting with the previous text")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window (default 224)")
@@ -97,7 +100,7 @@ def _output_paths(sources: Sequence[str], output_dir: str, output_format: str) -
 
 
 def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str], output_format: str,
-                  output_dir: Optional[str], out: TextIO, err: TextIO) -> int:
+                  output_dir: Optional[str], out: TextIO, err: TextIO, max_words_per_line: Optional[int] = None) -> int:
     """Write the results as the CLI does; returns the exit status (1 if any input failed)."""
     failed = 0
     for source, result in zip(sources, results):
@@ -111,7 +114,7 @@ def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str]
             if result.error is not None and output_format != "json":
                 continue
             with open(path, "w", encoding="utf-8") as handle:
-                handle.write(render(result, output_format))
+                handle.write(render(result, output_format, max_words_per_line))
     elif output_format == "txt":
         for result in results:
             out.write(result.text.replace("\n", " ") + "\n")
@@ -123,7 +126,7 @@ def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str]
     else:
         for result in results:
             if result.error is None:
-                out.write(render(result, output_format))
+                out.write(render(result, output_format, max_words_per_line))
     out.flush()
     return EXIT_FAILED_INPUTS if failed else EXIT_OK
 
@@ -135,6 +138,10 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
     if args.output_dir is None and args.output_format in ("srt", "vtt") and len(args.audio) > 1:
         err.write(f"seq2seq-engine transcribe: error: --output-format {args.output_format} with several inputs "
                   f"needs --output-dir\n")
+        return EXIT_USAGE
+    if args.max_words_per_line is not None and args.max_words_per_line < 1:
+        err.write(f"seq2seq-engine transcribe: error: --max-words-per-line must be >= 1, "
+                  f"got {args.max_words_per_line}\n")
         return EXIT_USAGE
     try:
         from seq2seq_engine.entrypoints.llm import LLM
@@ -149,11 +156,13 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
                              timestamps=args.timestamps, condition_on_previous_text=args.condition_on_previous_text,
                              max_new_tokens=args.max_new_tokens, use_tqdm=not args.quiet,
                              skip_silence=args.skip_silence, beam_width=args.beam_width,
-                             vad_filter=args.vad_filter, vad_parameters=vad)
+                             vad_filter=args.vad_filter, vad_parameters=vad,
+                             word_timestamps=args.word_timestamps or args.max_words_per_line is not None)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
         err.write(f"seq2seq-engine transcribe: error: {error}\n")
         return EXIT_USAGE
-    return write_results(results, list(args.audio), args.output_format, args.output_dir, out, err)
+    return write_results(results, list(args.audio), args.output_format, args.output_dir, out, err,
+                         args.max_words_per_line)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,123 @@
+"""Word-timing pieces without a model: DTW against a plain loop, median filter, word splitting and punctuation
+merging (openai-whisper's rules), word cues in srt/vtt, words in json; and the CLI's --max-words-per-line."""
+import io
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq_engine.transcription.alignment import alignment_heads
+from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
+from seq2seq_engine.transcription.timing import dtw, median_filter
+from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, split_on_spaces, split_on_unicode,
+                                                time_words)
+
+
+def _dtw_loop(x):
+    """The textbook loop (openai's dtw_cpu / HF's _dynamic_time_warping)."""
+    n, m = x.shape
+    cost = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
+    trace = -np.ones((n + 1, m + 1))
+    cost[0, 0] = 0
+    for j, i in itertools.product(range(1, m + 1), range(1, n + 1)):
+        c0, c1, c2 = cost[i - 1, j - 1], cost[i - 1, j], cost[i, j - 1]
+        c, t = (c0, 0) if c0 < c1 and c0 < c2 else (c1, 1) if c1 < c0 and c1 < c2 else (c2, 2)
+        cost[i, j] = x[i - 1, j - 1] + c
+        trace[i, j] = t
+    trace[0, :], trace[:, 0] = 2, 1
+    i, j, path = n, m, []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        i, j = (i - 1, j - 1) if trace[i, j] == 0 else (i - 1, j) if trace[i, j] == 1 else (i, j - 1)
+    return path[::-1]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (7, 3), (12, 40)])
+def test_dtw_equals_the_plain_loop(shape):
+    x = np.random.default_rng(sum(shape)).normal(size=shape)
+    x[0, 0] = x[0, 1] if shape[1] > 1 else x[0, 0]  # a tie
+    rows, cols = dtw(x)
+    assert list(zip(rows.tolist(), cols.tolist())) == _dtw_loop(x)
+
+
+def test_median_filter_reflects_edges():
+    x = torch.tensor([[5.0, 1.0, 9.0, 2.0, 7.0]])
+    # reflect padding of 1: [1, 5, 1, 9, 2, 7, 2] -> medians of 3
+    assert median_filter(x, 3).tolist() == [[1.0, 5.0, 2.0, 7.0, 2.0]]
+    with pytest.raises(ValueError):
+        median_filter(x, 4)
+
+
+def test_alignment_heads_default_to_the_last_half_of_the_decoder():
+    class Config:
+        decoder_layers, decoder_attention_heads = 4, 2
+    assert alignment_heads(Config()) == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    Config.alignment_heads = [[1, 0], [3, 1]]
+    assert alignment_heads(Config()) == [(1, 0), (3, 1)]
+
+
+PIECES = {1: " Hello", 2: ",", 3: " wor", 4: "ld", 5: " (", 6: " yes", 7: ")", 8: "!", 99: "<|endoftext|>"}
+
+
+def _decode(ids):
+    return "".join(PIECES[i] for i in ids)
+
+
+def test_split_on_spaces_and_merge_punctuations():
+    words, groups = split_on_spaces([1, 2, 3, 4, 5, 6, 7, 8, 99], _decode, eot=99)
+    assert words == [" Hello", ",", " world", " (", " yes", ")", "!", "<|endoftext|>"]
+    assert groups[2] == [3, 4]
+    timings = [WordTiming(w, g, float(k), float(k + 1), 0.5) for k, (w, g) in enumerate(zip(words[:-1], groups))]
+    merge_punctuations(timings)
+    assert [t.word for t in timings] == [" Hello,", "", " world", "", " ( yes)!", "", ""]
+    assert timings[4].tokens == [5, 6, 7, 8] and timings[4].start == 4.0
+
+
+def test_split_on_unicode_keeps_multibyte_characters_whole():
+    good = "\u597d".encode()
+    token_bytes = {1: "\u4f60".encode(), 2: good[:2], 3: good[2:], 4: " a".encode()}
+
+    def decode(ids):
+        return b"".join(token_bytes[i] for i in ids).decode("utf-8", errors="replace")
+    words, groups = split_on_unicode([1, 2, 3, 4], decode)
+    assert words == ["\u4f60", "\u597d", " a"] and groups == [[1], [2, 3], [4]]
+
+
+def test_time_words_uses_start_frames_and_mean_probability():
+    words = time_words([1, 3, 4], np.array([0.9, 0.5, 0.7]), np.array([0, 10, 12, 30]), _decode, 99, "en", 0.02)
+    assert [(w.word, w.start, w.end) for w in words] == [(" Hello", 0.0, 0.2), (" world", 0.2, 0.6)]
+    assert words[1].probability == pytest.approx(0.6)
+
+
+def _result():
+    words = [Word(0.0, 0.4, " One", 0.9), Word(0.4, 0.9, " two", 0.8), Word(0.9, 1.5, " three.", 0.7)]
+    return TranscriptionResult("One two three.", "en", [Segment(0.0, 1.6, "One two three.", words)], None, 2.0)
+
+
+def test_word_cues_and_json_words():
+    result = _result()
+    assert to_srt(result, 2) == ("1\n00:00:00,000 --> 00:00:00,900\nOne two\n\n"
+                                 "2\n00:00:00,900 --> 00:00:01,500\nthree.\n")
+    assert to_vtt(result, 1).count("-->") == 3
+    assert render(result, "srt") == "1\n00:00:00,000 --> 00:00:01,600\nOne two three.\n"
+    record = json.loads(render(result, "json"))
+    assert record["segments"][0]["words"][1] == {"start": 0.4, "end": 0.9, "word": " two", "probability": 0.8}
+    assert "words" not in Segment(0.0, 1.0, "x").to_dict()
+    with pytest.raises(ValueError):
+        to_srt(result, 0)
+
+
+def test_cli_max_words_per_line():
+    import argparse
+    from seq2seq_engine.entrypoints import transcribe_cli
+    out = io.StringIO()
+    assert transcribe_cli.write_results([_result()], ["a.wav"], "vtt", None, out, io.StringIO(), 3) == 0
+    assert "One two three." in out.getvalue()
+    parser = argparse.ArgumentParser(prog="seq2seq-engine")
+    transcribe_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["transcribe", "a.wav", "--word-timestamps", "--max-words-per-line", "0"])
+    err = io.StringIO()
+    assert args.word_timestamps and transcribe_cli.run(args, io.StringIO(), err) == 2
+    assert "--max-words-per-line" in err.getvalue()
