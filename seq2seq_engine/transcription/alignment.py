@@ -29,24 +29,26 @@ def alignment_heads(hf_config: Any, model_dir: Optional[str] = None) -> List[Hea
     return [(layer, head) for layer in range(layers // 2, layers) for head in range(num_heads)]
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
-            mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Multi-head attention over [T, d] / [S, d]; returns (output [T, d], scaled scores [heads, T, S])."""
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, causal: bool = False,
+            scores_wanted: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Multi-head attention over [T, d] / [S, d]; returns (output [T, d], scaled scores [heads, T, S] when
+    scores_wanted (cross-attention only), else None: then the fused scaled_dot_product_attention runs)."""
     length, dim = q.shape
     head_size = dim // num_heads
     q = q.view(length, num_heads, head_size).transpose(0, 1)
     k = k.view(-1, num_heads, head_size).transpose(0, 1)
     v = v.view(-1, num_heads, head_size).transpose(0, 1)
+    if not scores_wanted:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return out.transpose(0, 1).reshape(length, dim), None
     scores = (q @ k.transpose(-1, -2)) * head_size ** -0.5
-    if mask is not None:
-        scores = scores + mask
     out = scores.softmax(dim=-1) @ v
     return out.transpose(0, 1).reshape(length, dim), scores
 
 
-def _self_attention(module: Any, hidden: torch.Tensor, num_heads: int, mask: Optional[torch.Tensor]):
+def _self_attention(module: Any, hidden: torch.Tensor, num_heads: int, causal: bool) -> torch.Tensor:
     q, k, v = module.qkv_proj(hidden).split(module.embed_dim, dim=-1)
-    return module.out_proj(_attend(q, k, v, num_heads, mask)[0])
+    return module.out_proj(_attend(q, k, v, num_heads, causal)[0])
 
 
 def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -55,7 +57,7 @@ def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tenso
     hidden = F.gelu(encoder.conv2(F.gelu(encoder.conv1(hidden))))[0].transpose(0, 1)
     hidden = hidden + encoder.embed_positions.weight[:hidden.shape[0]]
     for layer in encoder.layers:
-        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, None)
+        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, False)
         hidden = hidden + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden))))
     return encoder.layer_norm(hidden)
 
@@ -65,16 +67,17 @@ def _decode(decoder: Any, token_ids: Sequence[int], encoded: torch.Tensor, num_h
     """(final hidden states [T, d], the heads' cross-attention scores [len(heads), T, S])."""
     ids = torch.tensor(list(token_ids), dtype=torch.long, device=encoded.device)
     hidden = decoder.embed_tokens(ids) + decoder.embed_positions.weight[:len(ids)]
-    mask = torch.full((len(ids), len(ids)), float("-inf"), dtype=hidden.dtype, device=hidden.device).triu(1)
     wanted = {}
     for index, layer in enumerate(decoder.layers):
-        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, mask)
+        hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, True)
         cross = layer.encoder_attn
         k, v = cross.kv_proj(encoded).split(cross.embed_dim, dim=-1)
-        out, scores = _attend(cross.q_proj(layer.encoder_attn_layer_norm(hidden)), k, v, num_heads)
+        layer_heads = [head for head in range(num_heads) if (index, head) in heads]
+        out, scores = _attend(cross.q_proj(layer.encoder_attn_layer_norm(hidden)), k, v, num_heads,
+                              scores_wanted=bool(layer_heads))
         hidden = hidden + cross.out_proj(out)
         hidden = hidden + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden))))
-        wanted.update({(index, head): scores[head] for head in range(num_heads) if (index, head) in heads})
+        wanted.update({(index, head): scores[head] for head in layer_heads})
     scores = torch.stack([wanted[head] for head in heads]).float()
     return decoder.layer_norm(hidden), scores
 
