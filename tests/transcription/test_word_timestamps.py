@@ -1,6 +1,7 @@
 """Word timestamps against HF transformers on real speech (pytest-audioeval clips, packaged whisper-tiny.en): the
 alignment pass's cross-attention of the alignment heads equals HF's `output_attentions`, our DTW token timing
 equals HF's `return_token_timestamps`, and transcribe(word_timestamps=True) gives consistent words."""
+import json
 import os
 
 import numpy as np
@@ -126,3 +127,56 @@ def _hf_word_spans(tokenizer, sequence, hf_times, words):
         spans.append((float(hf_times[first - 1]), float(hf_times[position - 1])))
         text = target
     return spans
+
+
+@pytest.mark.parametrize("options", [dict(beam_width=2, timestamps=True), dict(vad_filter=True, timestamps=True),
+                                     dict(condition_on_previous_text=True, timestamps=True)])
+def test_words_with_beams_vad_and_sequential_windows(tiny_llm, options):
+    from seq2seq_engine.transcription import transcribe
+    clips = [os.path.join(require_speech_clips(), clip) for clip in CLIPS]
+    plain = transcribe(tiny_llm, clips, use_tqdm=False, **options)
+    results = transcribe(tiny_llm, clips, word_timestamps=True, use_tqdm=False, **options)
+    for result, reference in zip(results, plain):
+        assert [s.text for s in result.segments] == [s.text for s in reference.segments]
+        _check_words(result)
+    manager = tiny_llm.llm_engine.scheduler.block_manager
+    assert manager.get_num_free_gpu_blocks() == tiny_llm.llm_engine.cache_config.num_gpu_blocks
+
+
+def test_multilingual_words_and_alignment_heads_match_hf():
+    from seq2seq_engine import LLM
+    from seq2seq_engine.transcription import transcribe
+    base_dir = require_model("whisper-base")
+    llm = LLM(base_dir, kv_cache_space_gb=0.3, swap_space_gb=0.01)
+    clips = [os.path.join(require_speech_clips(), clip) for clip in ("es/pangrama.wav", "fr/comptage.wav")]
+    results = transcribe(llm, clips, timestamps=True, word_timestamps=True, use_tqdm=False)
+    assert [r.language for r in results] == ["es", "fr"]
+    for result in results:
+        _check_words(result)
+    hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(base_dir, attn_implementation="eager")
+    _, features = _features(base_dir, "es/pangrama.wav")
+    tokenizer = llm.get_tokenizer()
+    prompt = tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|es|>", "<|transcribe|>", "<|notimestamps|>"])
+    sequence = prompt + tokenizer.encode(" " + results[0].text, add_special_tokens=False)
+    heads = alignment_heads(llm.llm_engine.model_config.hf_config, base_dir)
+    assert heads == [tuple(h) for h in hf_model.generation_config.alignment_heads]
+    with torch.no_grad():
+        hf = hf_model.eval()(input_features=features, decoder_input_ids=torch.tensor([sequence]),
+                             output_attentions=True)
+    expected = torch.stack([hf.cross_attentions[layer][0, head] for layer, head in heads])
+    scores, _ = alignment_pass(llm.llm_engine.model_runner.model, features[0], sequence, heads)
+    assert (scores.softmax(-1) - expected).abs().max().item() < 1e-4
+
+
+def test_cli_json_words_and_word_cues(tiny_dir, capsys):
+    from seq2seq_engine.entrypoints import transcribe_cli
+    fox = os.path.join(require_speech_clips(), "en/quick_brown_fox.wav")
+    common = ["--model", tiny_dir, "--quiet", "--kv-cache-space-gb", "0.2"]
+    assert transcribe_cli.main([fox, "--word-timestamps", "--output-format", "json"] + common) == 0
+    record = json.loads(capsys.readouterr().out)
+    words = [w["word"] for s in record["segments"] for w in s["words"]]
+    assert "".join(words).strip() == record["text"]
+    assert transcribe_cli.main([fox, "--timestamps", "--max-words-per-line", "2", "--output-format", "srt"]
+                               + common) == 0
+    cues = capsys.readouterr().out.strip().split("\n\n")
+    assert len(cues) == (len(words) + 1) // 2 and all(len(c.split("\n")[2].split()) <= 2 for c in cues)
