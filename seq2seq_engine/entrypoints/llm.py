@@ -27,7 +27,7 @@ class LLM:
         """Transcribe (or translate) audio with a Whisper model: one TranscriptionResult per input, in input order.
         Keyword arguments: see seq2seq_engine.transcription.transcribe (language, task, timestamps,
         condition_on_previous_text, max_new_tokens, use_tqdm, max_in_flight, skip_silence, beam_width, vad_filter,
-        vad_parameters)."""
+        vad_parameters, word_timestamps)."""
         from seq2seq_engine.transcription import transcribe
         return transcribe(self, audio, **kwargs)
 

@@ -11,12 +11,13 @@ from seq2seq_engine.transcription.pipeline import transcribe
 from seq2seq_engine.transcription.processors import (OnlyTokens, SuppressTokens, SuppressTokensAtBegin,
                                                      WhisperTimestamps, whisper_processors)
 from seq2seq_engine.transcription.prompts import DEFAULT_MAX_NEW_TOKENS, WhisperTokens
-from seq2seq_engine.transcription.results import (OUTPUT_FORMATS, Segment, TranscriptionResult, format_timestamp,
-                                                  render, to_srt, to_vtt)
+from seq2seq_engine.transcription.results import (OUTPUT_FORMATS, Segment, TranscriptionResult, Word,
+                                                  format_timestamp, render, to_srt, to_vtt)
 from seq2seq_engine.transcription.segments import WindowTokens, split_segments, stitch
 
 __all__ = [
-    "transcribe", "detect_language", "TranscriptionResult", "Segment", "WhisperTokens", "DEFAULT_MAX_NEW_TOKENS",
+    "transcribe", "detect_language", "TranscriptionResult", "Segment", "Word", "WhisperTokens",
+    "DEFAULT_MAX_NEW_TOKENS",
     "SuppressTokens", "SuppressTokensAtBegin", "WhisperTimestamps", "OnlyTokens", "whisper_processors",
     "OUTPUT_FORMATS", "render", "to_srt", "to_vtt", "format_timestamp", "WindowTokens", "split_segments", "stitch",
 ]
