@@ -1,11 +1,4 @@
-"""Teacher-forced alignment pass: a window's tokens through the loaded Whisper weights in plain torch, keeping the
-alignment heads' cross-attention scores (pre-softmax, scaled q·kᵀ) and the logits of every position.
-
-The paged engine drops the encoder output after prefill and its decode kernel returns no attention weights, so
-word timing re-runs the window once, as openai-whisper's ``find_alignment`` does: encoder over the window's
-log-mel features, decoder over `prompt + tokens` with a causal mask, no KV cache. The engine's model modules
-are read for their weights only (their Attention layers are bypassed), so this works whatever the step's batch.
-"""
+"""Teacher-forced alignment pass: a window's tokens through the loaded Whisper weights in plain torch."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -87,6 +80,11 @@ def alignment_pass(model: Any, features: torch.Tensor, token_ids: Sequence[int],
                    heads: Sequence[Head]) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
     [n_mels, frames]; token_ids: the decoder input (prompt + generated tokens).
+
+    The paged engine drops the encoder output after prefill and its decode kernel returns no attention weights,
+    so word timing re-runs the window once, as openai-whisper's ``find_alignment`` does: encoder over the
+    features, decoder over the tokens with a causal mask, no KV cache. The model's modules are read for their
+    weights only (their Attention layers are bypassed); nothing in the engine's state is touched.
 
     Returns (scores [len(heads), len(token_ids), encoder frames]: scaled q·kᵀ of the alignment heads, softmax
     not applied; logits [len(token_ids), vocab], float32). Row i is the query at input position i.

@@ -31,7 +31,7 @@ class Segment:
     start: float
     end: float
     text: str
-    words: Optional[List[Word]] = None
+    words: Optional[List[Word]] = dataclasses.field(default=None, compare=False)
 
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text}

@@ -94,15 +94,16 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(*window.input_span(start, end), text.strip(), window.input_words(index)))
+                    segments.append(Segment(*window.input_span(start, end), text.strip(),
+                                            words=window.input_words(index)))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
             if text.strip() and window.time_map is not None:
                 segments.append(Segment(window.time_map.to_original(0.0),
                                         window.time_map.to_original(window.duration, is_end=True), text.strip(),
-                                        window.input_words()))
+                                        words=window.input_words()))
             elif text.strip():
                 segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
-                                        window.input_words()))
+                                        words=window.input_words()))
     return "".join(pieces).strip(), segments

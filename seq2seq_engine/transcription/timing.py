@@ -1,10 +1,4 @@
-"""Token timing from cross-attention: normalise the alignment heads' weights, median-filter, average, DTW.
-
-Semantics follow openai-whisper's ``find_alignment`` and transformers' ``_extract_token_timestamps``: the heads'
-weights [heads, tokens, frames] are standardised per head and frame over the tokens, median-filtered along
-time (width 7, reflect padding), averaged over heads; dynamic time warping over −matrix gives a monotone path of
-(token, frame) pairs, and a token starts at the first frame of the path on its row. One encoder frame is 0.02 s.
-"""
+"""Token timing from cross-attention (openai-whisper / transformers semantics): normalise, median-filter, DTW."""
 from __future__ import annotations
 
 from typing import Tuple
@@ -30,8 +24,9 @@ def median_filter(weights: torch.Tensor, width: int = MEDIAN_FILTER_WIDTH) -> to
 
 
 def alignment_matrix(weights: torch.Tensor, width: int = MEDIAN_FILTER_WIDTH) -> torch.Tensor:
-    """weights [heads, tokens, frames] (probabilities) → [tokens, frames]: standardised over tokens per head,
-    median-filtered along frames, averaged over heads."""
+    """weights [heads, tokens, frames] (probabilities) → [tokens, frames]: standardised over tokens per head and
+    frame, median-filtered along frames (width 7, reflect padding), averaged over heads. DTW over −matrix then
+    gives each token's start frame (token_start_frames); one encoder frame is 0.02 s."""
     std, mean = torch.std_mean(weights.float(), dim=-2, keepdim=True, unbiased=False)
     return median_filter((weights - mean) / std, width).mean(dim=0)
 

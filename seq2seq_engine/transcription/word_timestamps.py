@@ -1,14 +1,4 @@
-"""Word timestamps for one finished window: alignment pass, DTW token timing, words per segment.
-
-    aligner = WordAligner(engine, whisper_tokens)
-    words_per_segment = aligner.window_words(features, token_ids, language, task, duration)
-
-As openai-whisper: the window's text tokens (timestamps dropped) follow `sot [lang task] <|notimestamps|>` and
-are followed by `<|endoftext|>`; the alignment pass (alignment.py) yields the heads' cross-attention over the
-window's frames and each token's probability (softmax over the non-special vocabulary at the position that
-predicts it); words are timed (timing.py, words.py) and handed out to the window's segments in token order.
-Times are seconds relative to the window, clamped to [0, duration]; segment times are left as they are.
-"""
+"""Word timestamps for one finished window: alignment pass, DTW token timing, words per segment."""
 from __future__ import annotations
 
 from typing import Any, List, Sequence, Tuple
@@ -26,7 +16,17 @@ from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, 
 
 
 class WordAligner:
-    """Times the words of finished windows with the engine's loaded Whisper weights."""
+    """Times the words of finished windows with the engine's loaded Whisper weights.
+
+        aligner = WordAligner(engine, whisper_tokens)
+        words_per_segment = aligner.window_words(features, token_ids, language, task, duration)
+
+    As openai-whisper: the window's text tokens (timestamps dropped) follow `sot [lang task] <|notimestamps|>` and
+    are followed by `<|endoftext|>`; the alignment pass yields the heads' cross-attention over the window's frames
+    and each token's probability (softmax over the non-special vocabulary at the position that predicts it);
+    words are timed and handed out to the window's segments in token order. Times are seconds relative to the
+    window, clamped to [0, duration]; segment times are left as they are.
+    """
 
     def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
         self.model = engine.model_runner.model

@@ -1,11 +1,4 @@
-"""Grouping a window's text tokens into words and timing them (openai-whisper's word rules).
-
-Tokens are first split where their decoded text is whole unicode (a multi-byte character can span tokens);
-for space-delimited languages the pieces are then joined into words that start at a leading space or a
-punctuation mark; for zh/ja/th/lo/my/yue every whole-unicode piece is a word. Each word starts at its first
-token's start frame and ends at the next word's start; its probability is the mean probability of its tokens.
-Leading punctuation (`"'“¿([{-`) is merged into the following word and trailing punctuation into the preceding.
-"""
+"""Grouping a window's text tokens into timed words (openai-whisper's word and punctuation rules)."""
 from __future__ import annotations
 
 import dataclasses
@@ -68,6 +61,7 @@ def split_on_spaces(token_ids: Sequence[int], decode: Decode, eot: int) -> Tuple
 
 def split_to_word_tokens(token_ids: Sequence[int], decode: Decode, eot: int,
                          language: str) -> Tuple[List[str], List[List[int]]]:
+    """(words, their token lists): whole-unicode pieces for zh/ja/th/lo/my/yue, else split_on_spaces."""
     if language in UNICODE_SPLIT_LANGUAGES:
         return split_on_unicode(token_ids, decode)
     return split_on_spaces(token_ids, decode, eot)

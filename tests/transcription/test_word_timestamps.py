@@ -1,6 +1,4 @@
-"""Word timestamps against HF transformers on real speech (pytest-audioeval clips, packaged whisper-tiny.en): the
-alignment pass's cross-attention of the alignment heads equals HF's `output_attentions`, our DTW token timing
-equals HF's `return_token_timestamps`, and transcribe(word_timestamps=True) gives consistent words."""
+"""Word timestamps against HF transformers on real speech (pytest-audioeval clips, packaged Whisper models)."""
 import json
 import os
 

@@ -1,5 +1,4 @@
-"""Word-timing pieces without a model: DTW against a plain loop, median filter, word splitting and punctuation
-merging (openai-whisper's rules), word cues in srt/vtt, words in json; and the CLI's --max-words-per-line."""
+"""Word-timing pieces without a model: DTW, median filter, word splitting, punctuation, word cues, CLI flags."""
 import io
 import itertools
 import json
