@@ -96,8 +96,7 @@ def test_transcribe_quick_greedy():
 
 
 def test_vad_backends_quick_agree_with_the_modules_own_forward():
-    if importlib.util.find_spec("pytest_audioeval") is None:
-        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    require_speech_clips()
     (table,) = parse_tables(run_script("vad_backends.py"))
     expected = ["jit-frames", "jit-batched"] + (["onnx-frames", "onnx-blocks"] if importlib.util.find_spec(
         "onnxruntime") else [])
