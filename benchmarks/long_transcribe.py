@@ -113,6 +113,8 @@ def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording
         import faster_whisper
         line += f", faster-whisper {faster_whisper.__version__}"
     print(line)
+    if not long_audio.have_espeak():
+        print("NOTE: espeak-ng is not installed: the recordings hold only the pytest-audioeval clips, repeated")
     for r in recordings:
         speech = sum(end - start for start, end in r.speech_spans)
         print(f"{r.name}: {r.duration:.1f} s, speech {speech:.1f} s in {len(r.speech_spans)} utterances, "
