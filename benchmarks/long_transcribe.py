@@ -122,8 +122,9 @@ def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording
     shown = ", ".join(f"{k}={v}" for k, v in applied.items()) or "none (its defaults)"
     print(f"model={args.model}; ours: timestamps=True, options applied: {shown}"
           + (f"; not accepted by its transcribe(), not applied: {', '.join(ignored)}" if ignored else ""))
-    print("faster-whisper: its defaults (beam 5, temperature fallback, condition_on_previous_text), language en; "
-          f"fw-batched: batch_size {args.batch_size}, VAD on", flush=True)
+    print("faster-whisper: its defaults (beam 5, temperature fallback 0-1, condition_on_previous_text), language en; "
+          f"fw-batched: batch_size {args.batch_size}, VAD on, its segments are the VAD chunks (without_timestamps)",
+          flush=True)
 
 
 def count_words(text: str) -> int:
