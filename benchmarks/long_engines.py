@@ -94,6 +94,8 @@ def fw_model_dir(model_name: str, hf_dir: str) -> str:
         for name in os.listdir(folder):
             link = os.path.join(target, name)
             wanted = folder == ct2_dir or name in ("tokenizer.json", "preprocessor_config.json")
+            if os.path.islink(link) and not os.path.exists(link):  # left by an older install: dangling
+                os.remove(link)
             if wanted and not os.path.lexists(link):
                 os.symlink(os.path.realpath(os.path.join(folder, name)), link)
     return target
