@@ -32,12 +32,25 @@ class LongJob:
     batch_size: int = 8           # fw-batched
 
 
-def accepted_options(requested: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
-    """The requested options our transcribe() accepts (checked on its signature), and the names it does not."""
+def option_names() -> set:
+    """The keyword options our transcribe() takes: its named parameters, plus the fields of TranscriptionOptions
+    where it takes them as `**overrides` (when that class exists)."""
     from seq2seq_engine.transcription import transcribe
-    parameters = inspect.signature(transcribe).parameters
-    accepted = {k: v for k, v in requested.items() if k in parameters}
-    return accepted, [k for k in requested if k not in parameters]
+    parameters = inspect.signature(transcribe).parameters.values()
+    names = {p.name for p in parameters if p.kind != inspect.Parameter.VAR_KEYWORD}
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
+        try:
+            from seq2seq_engine.transcription.options import TranscriptionOptions
+            names |= {field.name for field in dataclasses.fields(TranscriptionOptions)}
+        except ImportError:
+            pass
+    return names
+
+
+def accepted_options(requested: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """The requested options our transcribe() accepts (checked when the script runs), and the names it does not."""
+    names = option_names()
+    return {k: v for k, v in requested.items() if k in names}, [k for k in requested if k not in names]
 
 
 def int8_supported() -> bool:

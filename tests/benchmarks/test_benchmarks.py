@@ -117,6 +117,8 @@ def test_long_transcribe_quick_builds_a_recording_and_reports_every_engine():
     assert all(r[f"vs {m}-{t}"] == "" for r in table[1:] for m, t in fw)
     assert re.search(r"^date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", stdout, re.M) and "command: " in stdout
     assert "options applied: vad_filter=True" in stdout  # vad_filter is in our transcribe()'s signature
+    # temperature: applied where our transcribe() takes it, else named as not applied
+    assert re.search(r"options applied: .*temperature=0\.0|not applied: temperature", stdout), stdout
     if not FASTER_WHISPER:
         assert "faster-whisper is not installed (the `bench` extra), skipped" in stdout
 
