@@ -10,6 +10,7 @@ import argparse
 import datetime
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional
@@ -78,7 +79,8 @@ def requested_options(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def build_audio(args: argparse.Namespace) -> tuple:
-    """Write the recordings and a 10 s warm-up file; (recordings, their paths, the warm-up path)."""
+    """Write the recordings and a 10 s warm-up file (to --audio-dir, or a temp folder removed at the end);
+    (recordings, their paths, the warm-up path)."""
     folder = args.audio_dir or tempfile.mkdtemp(prefix="bench-long-audio-")
     recordings = long_audio.build_recordings(args.recordings, args.seconds, args.seed)
     paths = [long_audio.write(r, folder) for r in recordings]
@@ -167,7 +169,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     job = LongJob(args.model, hf_dir, paths, warmup, [r.duration for r in recordings],
                   "en" if multilingual else None, applied, args.threads, args.repeat, args.batch_size)
     failures: List[str] = []
-    runs = run_rounds(engine_specs(args, job), args.rounds, failures)
+    try:
+        runs = run_rounds(engine_specs(args, job), args.rounds, failures)
+    finally:
+        if not args.audio_dir:
+            shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)
     for failure in failures:
         print(f"FAILED: {failure}")
     if args.show_texts:
