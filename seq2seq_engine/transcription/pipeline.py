@@ -1,24 +1,28 @@
 """Batch transcription: every 30 s window of every input through the engine as one continuous batch.
 
     results = transcribe(llm, ["a.wav", "b.flac", (samples, 44100)], timestamps=True)
+    results = transcribe(llm, audio, TranscriptionOptions(temperature=0.0, beam_width=5), language="de")
     results[0].text, results[0].segments, results[0].error
 
 How it runs (the engine is driven directly with add_request/step, so progress can be reported per window):
 
 * Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
-  30 s windows (the encoder's span) and each window becomes one request whose log-mel features are computed at
-  admission. An input that cannot be read (AudioError) gets a result with `.error` set; the others go on.
+  30 s windows (the encoder's span; only the `clip_timestamps` spans when given) and each window becomes a request
+  whose log-mel features are computed at admission. An input that cannot be read (AudioError) gets a result with
+  `.error` set; the others go on.
 * Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
   language.py); the input's windows are queued when its detection finishes. English-only models use "en".
 * Throughput mode (default): all windows of all inputs are independent requests. Sequential mode
-  (`condition_on_previous_text=True`): an input's window k+1 is queued when window k finishes, with
-  `<|startofprev|>` + the previous windows' last tokens before its prompt; different inputs still run together.
-* Each request applies Whisper's suppress / begin-suppress / timestamp rules as logits processors (processors.py)
-  and decodes greedily (or with beam search, `beam_width` > 1: BeamSearchParams with the same processors, which
-  then act on log-prob rows as in HF), so a window's tokens equal transformers' `generate(num_beams=...)` on it.
-* Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined.
-  The per-input and per-window bookkeeping and the model facts (tokens, window length, features) are in
-  work_items.py.
+  (`condition_on_previous_text=True`): an input's window k+1 is queued when window k is final, with
+  `<|startofprev|>` + the text kept so far before its prompt; different inputs still run together.
+* Each attempt decodes at one temperature (decode_params.py): greedy (or beam search) at 0, `best_of` seeded
+  samples above, with Whisper's suppress / begin-suppress / timestamp rules as logits processors and a hook that
+  reads P(<|nospeech|>) at the `<|startoftranscript|>` position. fallback.py judges the finished attempt: a failed
+  one is queued again at the next temperature, ahead of the queue, while the batch's other windows keep decoding;
+  a silent one keeps no text.
+* Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined, each
+  segment carrying its window's temperature, avg_logprob, compression_ratio and no_speech_prob. The per-input and
+  per-window bookkeeping and the model facts are in work_items.py.
 """
 from __future__ import annotations
 
@@ -26,22 +30,21 @@ import collections
 import itertools
 import logging
 import uuid
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio, split_into_windows
-from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.sampling_params import SamplingParams
+from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio
+from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt, attempt_seed
+from seq2seq_engine.transcription.fallback import Attempt, Verdict, verdict
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
-from seq2seq_engine.transcription.processors import whisper_processors
-from seq2seq_engine.transcription.prompts import TASKS
+from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
-from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
-                                                      is_single_input, samples_hint, whisper_tokens_for,
-                                                      window_samples)
+from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, clip_windows, describe_source,
+                                                     features_for, is_single_input, samples_hint, whisper_tokens_for,
+                                                     window_samples)
 
 logger = logging.getLogger(__name__)
 
@@ -50,34 +53,18 @@ _REQUEST_PREFIX = "transcribe"
 
 # ---------------------------------------------------------------------------------------------- the pipeline
 class _Transcription:
-    def __init__(self, engine: Any, sources: Sequence[Any], language: Optional[str], task: str, timestamps: bool,
-                 condition_on_previous_text: bool, max_new_tokens: Optional[int], use_tqdm: bool,
-                 max_in_flight: Optional[int], skip_silence: bool, beam_width: int) -> None:
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        max_beam_width = engine.scheduler_config.max_beam_width
-        if not isinstance(beam_width, int) or isinstance(beam_width, bool) or not 1 <= beam_width <= max_beam_width:
-            raise ValueError(f"beam_width must be an int from 1 to the engine's max_beam_width ({max_beam_width}), "
-                             f"got {beam_width!r}")
-        if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
-            raise ValueError(f"max_new_tokens must be a positive int or None, got {max_new_tokens!r}")
-        self.engine = engine
+    def __init__(self, engine: Any, sources: Sequence[Any], options: TranscriptionOptions) -> None:
+        self.engine, self.options = engine, options
         self.tokens = whisper_tokens_for(engine)
-        self.language = self.tokens.language_code(language) if language is not None else None
+        self.language = self.tokens.language_code(options.language) if options.language is not None else None
         if not self.tokens.is_multilingual:
             self.language = "en"
-        self.tokens.prompt(self.language or next(iter(self.tokens.language_ids), None), task, timestamps)  # validate
-        self.task = task
-        self.timestamps = timestamps
-        self.sequential = condition_on_previous_text
-        self.max_new_tokens = max_new_tokens
-        self.skip_silence = skip_silence
-        self.beam_width = beam_width
+        self.tokens.prompt(self.language or next(iter(self.tokens.language_ids), None), options.task,
+                           options.timestamps)  # validates the task for this model
+        self.plan = DecodePlan(engine, self.tokens, options)
+        self.sequential = options.condition_on_previous_text
         self.window_samples = window_samples(engine)
-        self.processors = whisper_processors(self.tokens, timestamps)
-        self.max_in_flight = engine.scheduler_config.max_num_seqs if max_in_flight is None else max_in_flight
-        if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = options.max_in_flight or engine.scheduler_config.max_num_seqs
         self.inputs = [InputState(i, source, describe_source(source, i), samples_hint(source))
                        for i, source in enumerate(sources)]
         self._pending_inputs: Iterator[InputState] = iter(self.inputs)
@@ -87,7 +74,7 @@ class _Transcription:
         self._prefix = f"{_REQUEST_PREFIX}-{uuid.uuid4().hex[:8]}-"
         # Counted in samples (exact integers), shown in seconds.
         self.progress = tqdm(total=sum(i.samples_hint for i in self.inputs), unit="s", unit_scale=1 / SAMPLE_RATE,
-                             desc="Transcribed audio", disable=not use_tqdm,
+                             desc="Transcribed audio", disable=not options.use_tqdm,
                              bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]")
 
     # ------------------------------------------------------------------ the loop
@@ -146,16 +133,17 @@ class _Transcription:
             self._fail(item, str(error))
             return
         item.duration = len(audio) / SAMPLE_RATE
-        self._adjust_total(len(audio) - item.samples_hint)
-        item.windows = [Window(k, start, chunk, self.skip_silence and is_silent(chunk))
-                        for k, (start, chunk) in enumerate(split_into_windows(
-                            audio, window_s=self.window_samples / SAMPLE_RATE))]
+        chunks = clip_windows(audio, self.options.clip_timestamps, self.window_samples)
+        self._adjust_total(sum(len(chunk) for _, chunk in chunks) - item.samples_hint)
+        item.windows = [Window(k, start, chunk, self.options.skip_silence and is_silent(chunk))
+                        for k, (start, chunk) in enumerate(chunks)]
         item.language = self.language
+        item.context = list(self.plan.initial_tokens)
         speech = [w for w in item.windows if not w.silent]
         if item.language is None and speech:
             first = speech[0]
             self.queue.append(WindowTask(item, lambda: detection_prompt(self.tokens, self._features(first)),
-                                    detection_params(self.tokens), lambda out: self._detected(item, out)))
+                                         detection_params(self.tokens), lambda out: self._detected(item, out)))
             return
         self._queue_windows(item)
 
@@ -176,7 +164,8 @@ class _Transcription:
             if window.silent:
                 self._window_done(item, window, [])
             else:
-                self.queue.append(self._window_task(item, window, previous=None))
+                previous = self.plan.initial_tokens if window.index == 0 else []
+                self.queue.append(self._window_task(item, window, self._prompt(item, window, previous), 0))
         self._maybe_finish(item)
 
     def _queue_next_sequential(self, item: InputState) -> None:
@@ -189,36 +178,55 @@ class _Transcription:
             if window.silent:
                 self._window_done(item, window, [])
                 continue
-            previous = [t for index in range(k) for t in item.done[index].token_ids]
-            self.queue.append(self._window_task(item, window, previous=previous))
+            prompt = self._prompt(item, window, item.context[item.context_start:])
+            self.queue.append(self._window_task(item, window, prompt, 0))
             return
 
-    def _window_task(self, item: InputState, window: Window, previous: Optional[List[int]]) -> WindowTask:
-        prompt = self.tokens.prompt(item.language, self.task, self.timestamps, previous_tokens=previous)
-        max_tokens = self.tokens.max_new_tokens(len(prompt), self.max_new_tokens)
-        params: Union[SamplingParams, BeamSearchParams] = (
-            BeamSearchParams(beam_width=self.beam_width, max_tokens=max_tokens, logits_processors=self.processors)
-            if self.beam_width > 1 else
-            SamplingParams(temperature=0.0, max_tokens=max_tokens, logits_processors=self.processors))
+    def _prompt(self, item: InputState, window: Window, previous: List[int]) -> WindowPrompt:
+        return self.plan.prompt(item.language, window.index == 0, previous)
+
+    def _window_task(self, item: InputState, window: Window, prompt: WindowPrompt, attempt: int) -> WindowTask:
+        """The request decoding `window` at the attempt'th temperature."""
+        temperature = self.options.temperatures[attempt]
+        seed = attempt_seed(self.options.seed, item.index, window.index, attempt)
+        params, probe = self.plan.params(prompt, temperature, seed)
+
+        def make_prompt() -> dict:
+            return {"prompt_token_ids": prompt.token_ids,
+                    "multi_modal_data": {"input_features": self._features(window)}}
 
         def on_done(output: Any) -> None:
-            token_ids = list(output.outputs[0].token_ids)
-            if token_ids and token_ids[-1] == self.tokens.eot:
-                token_ids.pop()
-            self._window_done(item, window, token_ids)
-            if self.sequential:
-                self._queue_next_sequential(item)
-            else:
-                self._maybe_finish(item)
+            result = self.plan.attempt(output, temperature, probe, self._decode)
+            self._attempt_done(item, window, prompt, attempt, result)
 
-        return WindowTask(item, lambda: {"prompt_token_ids": prompt,
-                                    "multi_modal_data": {"input_features": self._features(window)}}, params, on_done)
+        return WindowTask(item, make_prompt, params, on_done)
+
+    def _attempt_done(self, item: InputState, window: Window, prompt: WindowPrompt, attempt: int,
+                      result: Attempt) -> None:
+        """Re-queue a failed attempt at the next temperature (first in line), or keep it and move on."""
+        outcome = verdict(result, self.plan.limits, attempt + 1 < len(self.options.temperatures))
+        if outcome is Verdict.RETRY:
+            self.queue.appendleft(self._window_task(item, window, prompt, attempt + 1))
+            return
+        token_ids = [] if outcome is Verdict.SILENCE else prompt.forced + result.token_ids
+        self._window_done(item, window, token_ids, result)
+        if not self.sequential:
+            self._maybe_finish(item)
+            return
+        item.context.extend(token_ids)
+        if result.temperature > self.options.prompt_reset_on_temperature:
+            item.context_start = len(item.context)  # openai-whisper: no prompt after a high-temperature window
+        self._queue_next_sequential(item)
 
     def _features(self, window: Window) -> torch.Tensor:
         return features_for(self.engine, window.samples)
 
-    def _window_done(self, item: InputState, window: Window, token_ids: List[int]) -> None:
-        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids)
+    def _window_done(self, item: InputState, window: Window, token_ids: List[int],
+                     result: Optional[Attempt] = None) -> None:
+        scores = {} if result is None else dict(temperature=result.temperature, avg_logprob=result.avg_logprob,
+                                                compression_ratio=result.compression_ratio,
+                                                no_speech_prob=result.no_speech_prob)
+        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, **scores)
         self.progress.update(len(window.samples))
 
     def _maybe_finish(self, item: InputState) -> None:
@@ -251,7 +259,7 @@ class _Transcription:
             return TranscriptionResult("", item.language, [], item.error, item.duration, item.language_probability,
                                        item.name)
         windows = [item.done[k] for k in sorted(item.done)]
-        text, segments = stitch(windows, self.tokens, self._decode, self.timestamps)
+        text, segments = stitch(windows, self.tokens, self._decode, self.options.timestamps)
         return TranscriptionResult(text, item.language, segments, None, item.duration, item.language_probability,
                                    item.name)
 
@@ -259,34 +267,20 @@ class _Transcription:
         return self.engine.tokenizer.decode(token_ids, skip_special_tokens=True) if token_ids else ""
 
 
-def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: str = "transcribe",
-               timestamps: bool = False, condition_on_previous_text: bool = False,
-               max_new_tokens: Optional[int] = None, use_tqdm: bool = True, max_in_flight: Optional[int] = None,
-               skip_silence: bool = True, beam_width: int = 1) -> List[TranscriptionResult]:
+def transcribe(llm: Any, audio: Any, options: Optional[TranscriptionOptions] = None,
+               **overrides: Any) -> List[TranscriptionResult]:
     """Transcribe (or translate to English) each input with a Whisper model; one result per input, in order.
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
     audio: one input or a list; an input is a file path, raw file bytes, a 16 kHz mono array, or an
         (array, sample_rate) tuple. Inputs that cannot be read give results with `.error` set.
-    language: a code or name ("en", "German", "<|de|>"); None detects it per input on its first 30 s
-        (multilingual models; English-only models always use "en").
-    task: "transcribe" or "translate" (to English; multilingual models only).
-    timestamps: predict timestamp tokens: one segment per timestamp pair, times in seconds from the input's
-        start; without, one segment per 30 s window.
-    condition_on_previous_text: decode an input's windows one after the other, each prompted with the previous
-        windows' last tokens after <|startofprev|> (inputs still run together); default: all windows at once.
-    max_new_tokens: per window; default 224 (openai-whisper's n_text_ctx // 2), always capped so prompt + new
-        tokens fit the decoder's max_target_positions.
-    use_tqdm: a progress bar over seconds of audio, advanced as windows finish.
-    max_in_flight: most requests in the engine at once (default: the engine's max_num_seqs); inputs are
-        loaded and features computed only as requests are admitted.
-    skip_silence: windows whose level is below -60 dBFS are not decoded (no text), instead of letting
-        Whisper hallucinate on silence.
-    beam_width: 1 decodes greedily; more runs HF-style beam search per window (length_penalty 1, no early
-        stopping, as `generate(num_beams=beam_width)`), the best hypothesis giving the text. Language
-        detection stays a greedy 1-token request.
+    options: a TranscriptionOptions (default: its defaults); keyword overrides replace its fields, e.g.
+        `transcribe(llm, files, language="de", timestamps=True, temperature=0.0)`. See TranscriptionOptions for
+        every field; the defaults follow openai-whisper (temperature fallback 0.0 to 1.0, thresholds 2.4 / -1.0 /
+        0.6). `temperature=0.0` alone decodes each window once, greedily (or with beam search, beam_width > 1),
+        as transformers' `generate` does.
     """
+    options = resolve_options(options, overrides)
     engine = getattr(llm, "llm_engine", llm)
     sources = [audio] if is_single_input(audio) else list(audio)
-    return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
-                          use_tqdm, max_in_flight, skip_silence, beam_width).run()
+    return _Transcription(engine, sources, options).run()

@@ -9,22 +9,30 @@ and shifted by its offset in the input; they are clamped to the window's audio a
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.transcription.prompts import TIME_PRECISION, WhisperTokens
 from seq2seq_engine.transcription.results import Segment
 
 RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
+SCORE_FIELDS = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
 
 
 @dataclasses.dataclass
 class WindowTokens:
-    """What one window produced: its offset and length in the input (seconds) and its generated tokens
-    (without `<|endoftext|>`)."""
+    """What one window produced: its offset and length in the input (seconds), its tokens (without
+    `<|endoftext|>`) and, when it was decoded, the kept attempt's scores (see fallback.py)."""
 
     offset: float
     duration: float
     token_ids: List[int]
+    temperature: Optional[float] = None
+    avg_logprob: Optional[float] = None
+    compression_ratio: Optional[float] = None
+    no_speech_prob: Optional[float] = None
+
+    def scores(self) -> dict:
+        return {name: getattr(self, name) for name in SCORE_FIELDS}
 
 
 def split_segments(token_ids: Sequence[int], tokens: WhisperTokens, window_duration: float,
@@ -71,10 +79,11 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
                 pieces.append(text)
                 if text.strip():
                     segments.append(Segment(round(window.offset + start, 6), round(window.offset + end, 6),
-                                            text.strip()))
+                                            text.strip(), **window.scores()))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
             if text.strip():
-                segments.append(Segment(window.offset, window.offset + window.duration, text.strip()))
+                segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
+                                        **window.scores()))
     return "".join(pieces).strip(), segments

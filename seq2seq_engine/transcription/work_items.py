@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram, split_into_windows
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.prompts import WhisperTokens
@@ -37,6 +37,23 @@ def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
     """Log-mel features [n_mels, frames] of one window (padded/trimmed to the window), as the engine would make."""
     n_mels = engine.model_config.hf_config.num_mel_bins
     return log_mel_spectrogram(samples, n_mels=n_mels, n_samples=window_samples(engine))
+
+
+def clip_windows(audio: np.ndarray, clip_timestamps: Sequence[float],
+                 window: int) -> List[Tuple[int, np.ndarray]]:
+    """(start sample, samples) windows of at most `window` samples covering only the clips: `clip_timestamps` is
+    start,end,start,end,... seconds (openai-whisper: rounded to 10 ms feature frames; a missing last end is the
+    end of the audio; none at all is the whole input). Each clip is split from its own start."""
+    frame = HOP_LENGTH  # samples per 10 ms feature frame
+    points = [int(round(t * SAMPLE_RATE / frame)) * frame for t in clip_timestamps] or [0]
+    if len(points) % 2:
+        points.append(len(audio))
+    windows = []
+    for start, end in zip(points[::2], points[1::2]):
+        start, end = min(start, len(audio)), min(end, len(audio))
+        windows += [(start + offset, chunk) for offset, chunk in
+                    split_into_windows(audio[start:end], window_s=window / SAMPLE_RATE)]
+    return windows
 
 
 # ---------------------------------------------------------------------------------------------- bookkeeping
@@ -70,6 +87,9 @@ class InputState:
     request_ids: set = dataclasses.field(default_factory=set)
     error: Optional[str] = None
     finished: bool = False
+    # Sequential mode: the initial prompt and the kept windows' tokens; the prompt conditions on context[start:].
+    context: List[int] = dataclasses.field(default_factory=list)
+    context_start: int = 0
 
 
 @dataclasses.dataclass
