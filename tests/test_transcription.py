@@ -255,6 +255,9 @@ def test_cli_writes_one_file_per_input_and_fails_on_bad_ones(tmp_path, speech, t
     good = json.loads((out_dir / "fox.json").read_text(encoding="utf-8"))
     failed = json.loads((out_dir / "bad.json").read_text(encoding="utf-8"))
     assert good["error"] is None and "lazy dog" in good["text"] and len(good["segments"]) >= 2
+    first = good["segments"][0]  # openai-whisper's verbose_json scores, default fallback temperatures
+    assert first["temperature"] in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and first["avg_logprob"] < 0
+    assert first["compression_ratio"] > 0 and 0 <= first["no_speech_prob"] < 0.6
     assert math.isclose(good["duration"], len(fox) / 16000, abs_tol=1e-3)
     assert failed["error"] and failed["text"] == "" and failed["segments"] == []
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.entrypoints import transcribe_cli
+from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription import Segment, TranscriptionOptions, WindowTokens, stitch
 from seq2seq_engine.transcription.decode_params import DecodePlan, attempt_seed, suppress_ids
 from seq2seq_engine.transcription.fallback import (Attempt, Thresholds, Verdict, average_logprob, best_sample,
@@ -161,6 +163,9 @@ def test_prompt_layout_with_prefix_previous_text_and_timestamps():
                                                                      EN.no_timestamps, 10]
 
 
+EN_FULL = dataclasses.replace(EN, start_of_lm=50359, no_speech=50361)  # tiny.en's <|startoflm|>, <|nocaptions|>
+
+
 class _Tokenizer:
     """Encodes each word as one id (1000 + its index in a fixed list) after checking openai's leading space."""
 
@@ -174,7 +179,7 @@ class _Tokenizer:
 def _plan(**overrides):
     config = argparse.Namespace(max_beam_width=16, max_num_seqs=64)
     engine = argparse.Namespace(tokenizer=_Tokenizer(), scheduler_config=config)
-    return DecodePlan(engine, EN, resolve_options(None, overrides))
+    return DecodePlan(engine, EN_FULL, resolve_options(None, overrides))
 
 
 def test_window_prompts_with_initial_prompt_hotwords_and_prefix():
@@ -213,6 +218,24 @@ def test_suppress_list_follows_openai_whisper():
     with pytest.raises(ValueError, match="suppress_tokens must be ids below the vocabulary size 51864"):
         suppress_ids((60000,), EN)
     assert [type(p).__name__ for p in _plan(suppress_blank=False).processors] == ["SuppressTokens"]
+
+
+def test_attempt_parameters_per_temperature():
+    plan = _plan(beam_width=3, best_of=4, max_new_tokens=50)
+    prompt = plan.prompt(None, False, [7])
+    beam, probe = plan.params(prompt, 0.0, seed=11)
+    assert isinstance(beam, BeamSearchParams) and beam.beam_width == 3 and beam.max_tokens == 50
+    assert beam.prompt_logits_hooks == [(prompt.token_ids.index(EN.sot), probe)] and probe.token_id == 50361
+    sampled, _ = plan.params(prompt, 0.6, seed=11)
+    assert isinstance(sampled, SamplingParams)
+    assert (sampled.n, sampled.best_of, sampled.temperature, sampled.seed) == (4, 4, 0.6, 11)
+    greedy, _ = _plan().params(prompt, 0.0, seed=11)
+    assert isinstance(greedy, SamplingParams) and greedy.temperature == 0.0 and greedy.n == 1
+    with pytest.raises(ValueError, match="best_of must be at most the engine's max_num_seqs"):
+        _plan(best_of=65)
+    _plan(best_of=65, temperature=0.0)  # no sampled attempt: best_of is unused
+    with pytest.raises(ValueError, match="beam_width must be at most the engine's max_beam_width"):
+        _plan(beam_width=17)
 
 
 def test_attempt_seeds_are_fixed_and_distinct():
