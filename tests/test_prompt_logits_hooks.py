@@ -1,6 +1,4 @@
-"""SamplingParams/BeamSearchParams.prompt_logits_hooks against HF transformers (random tiny Llama and BART, float32):
-each hook gets the raw logits at its decoder-prompt position (within 1e-4 of HF's forward), exactly once whatever the
-chunking, preemption by recompute, n/best_of or beam search, and bad hooks are refused."""
+"""prompt_logits_hooks get the raw logits of their decoder-prompt positions once (vs HF, tiny Llama and BART)."""
 import pytest
 import torch
 

@@ -255,9 +255,7 @@ def test_cli_writes_one_file_per_input_and_fails_on_bad_ones(tmp_path, speech, t
     good = json.loads((out_dir / "fox.json").read_text(encoding="utf-8"))
     failed = json.loads((out_dir / "bad.json").read_text(encoding="utf-8"))
     assert good["error"] is None and "lazy dog" in good["text"] and len(good["segments"]) >= 2
-    first = good["segments"][0]  # openai-whisper's verbose_json scores, default fallback temperatures
-    assert first["temperature"] in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and first["avg_logprob"] < 0
-    assert first["compression_ratio"] > 0 and 0 <= first["no_speech_prob"] < 0.6
+    assert good["segments"][0]["temperature"] == 0.0 and good["segments"][0]["no_speech_prob"] < 0.6  # scores
     assert math.isclose(good["duration"], len(fox) / 16000, abs_tol=1e-3)
     assert failed["error"] and failed["text"] == "" and failed["segments"] == []
 
@@ -292,8 +290,7 @@ def test_cli_beam_width_gives_hf_beam_search_text(tmp_path, speech, tiny_dir, ti
     from seq2seq_engine.entrypoints import transcribe_cli
     fox_path, fox = speech["fox"]
     code = transcribe_cli.main([fox_path, "--model", tiny_dir, "--beam-width", "3", "--temperature", "0",
-                                "--max-new-tokens", "40",
-                                "--quiet", "--kv-cache-space-gb", "0.2"])
+                                "--max-new-tokens", "40", "--quiet", "--kv-cache-space-gb", "0.2"])
     assert code == 0
     with torch.no_grad():
         sequences = tiny_hf.generate(_features(fox), num_beams=3, max_new_tokens=40)

@@ -1,7 +1,4 @@
-"""Whisper's robustness rules, unit level, no model: compression ratios of known strings (zlib, worked out by hand),
-average logprob and best_of ranking, the fallback / no-speech verdicts against openai-whisper's rules written out
-here, TranscriptionOptions validation, clip windows, prompts with prefix / hotwords, the suppress list and the CLI
-flags. The end-to-end tests on real models are in test_transcription_robustness.py."""
+"""Whisper's robustness rules, no model: scores, verdicts vs openai-whisper's rules, options, prompts, CLI flags."""
 import argparse
 import dataclasses
 import io

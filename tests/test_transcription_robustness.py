@@ -1,8 +1,4 @@
-"""Whisper's robustness rules end to end with the packaged whisper-tiny.en (skipped when not installed) on the
-pytest-audioeval clips: a failing window re-decoded at the next temperature inside the batch while the others finish
-as before; no_speech_prob against transformers' softmax at <|startoftranscript|>; initial_prompt / prefix / hotwords
-prompts (and greedy tokens equal to HF generate(prompt_ids=...)); clip_timestamps; seeded sampling; and every KV
-block back in the pool after each run."""
+"""Whisper's robustness rules end to end on whisper-tiny.en vs transformers: fallback, no-speech, prompts, clips."""
 import glob
 import importlib.util
 import os

@@ -1,5 +1,4 @@
-"""Per-window decoding: the decoder prompt (initial prompt, hotwords, previous text, prefix), the suppress lists and
-Whisper processors, and the engine parameters and outcome of one attempt at one temperature."""
+"""Per-window decoding: the prompt (initial prompt, hotwords, previous text, prefix) and each attempt's request."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,12 +1,4 @@
-"""Whisper's temperature-fallback rules (openai-whisper's `decode_with_fallback` and no-speech skip), as pure
-functions over one decoded attempt of a window.
-
-An attempt *fails* when its text compresses too well (`compression_ratio > compression_ratio_threshold`: repetition
-loops) or its tokens are unlikely (`avg_logprob < log_prob_threshold`), unless the window looks silent
-(`no_speech_prob > no_speech_threshold` and `avg_logprob < log_prob_threshold`). A failed attempt is decoded again at
-the next temperature; the last temperature's attempt is kept whatever it scores. The kept attempt is then dropped as
-silence (no text) when `no_speech_prob > no_speech_threshold`, unless `avg_logprob > log_prob_threshold`.
-"""
+"""Whisper's temperature-fallback and no-speech rules (openai-whisper) over one decoded attempt of a window."""
 from __future__ import annotations
 
 import dataclasses
@@ -85,6 +77,11 @@ def should_skip(attempt: Attempt, limits: Thresholds) -> bool:
 
 
 def verdict(attempt: Attempt, limits: Thresholds, has_next_temperature: bool) -> Verdict:
+    """openai-whisper's `decode_with_fallback` and no-voice check: an attempt *fails* when its text compresses too
+    well (`compression_ratio > compression_ratio_threshold`: a repetition loop) or its tokens are unlikely
+    (`avg_logprob < log_prob_threshold`), unless it looks silent; a failed attempt is retried at the next
+    temperature; the last temperature's attempt is kept whatever it scores, and a kept attempt is silence (no text)
+    when `no_speech_prob > no_speech_threshold`, unless `avg_logprob > log_prob_threshold`."""
     if has_next_temperature and needs_fallback(attempt, limits):
         return Verdict.RETRY
     return Verdict.SILENCE if should_skip(attempt, limits) else Verdict.ACCEPT

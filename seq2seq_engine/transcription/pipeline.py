@@ -1,29 +1,4 @@
-"""Batch transcription: every 30 s window of every input through the engine as one continuous batch.
-
-    results = transcribe(llm, ["a.wav", "b.flac", (samples, 44100)], timestamps=True)
-    results = transcribe(llm, audio, TranscriptionOptions(temperature=0.0, beam_width=5), language="de")
-    results[0].text, results[0].segments, results[0].error
-
-How it runs (the engine is driven directly with add_request/step, so progress can be reported per window):
-
-* Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
-  30 s windows (the encoder's span; only the `clip_timestamps` spans when given) and each window becomes a request
-  whose log-mel features are computed at admission. An input that cannot be read (AudioError) gets a result with
-  `.error` set; the others go on.
-* Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
-  language.py); the input's windows are queued when its detection finishes. English-only models use "en".
-* Throughput mode (default): all windows of all inputs are independent requests. Sequential mode
-  (`condition_on_previous_text=True`): an input's window k+1 is queued when window k is final, with
-  `<|startofprev|>` + the text kept so far before its prompt; different inputs still run together.
-* Each attempt decodes at one temperature (decode_params.py): greedy (or beam search) at 0, `best_of` seeded
-  samples above, with Whisper's suppress / begin-suppress / timestamp rules as logits processors and a hook that
-  reads P(<|nospeech|>) at the `<|startoftranscript|>` position. fallback.py judges the finished attempt: a failed
-  one is queued again at the next temperature, ahead of the queue, while the batch's other windows keep decoding;
-  a silent one keeps no text.
-* Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined, each
-  segment carrying its window's temperature, avg_logprob, compression_ratio and no_speech_prob. The per-input and
-  per-window bookkeeping and the model facts are in work_items.py.
-"""
+"""Batch transcription: every 30 s window of every input through the engine as one continuous batch."""
 from __future__ import annotations
 
 import collections
@@ -53,6 +28,27 @@ _REQUEST_PREFIX = "transcribe"
 
 # ---------------------------------------------------------------------------------------------- the pipeline
 class _Transcription:
+    """One transcribe call. The engine is driven directly with add_request/step, so progress is reported per window:
+
+    * Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
+      30 s windows (the encoder's span; only the `clip_timestamps` spans when given) and each window becomes a request
+      whose log-mel features are computed at admission. An input that cannot be read (AudioError) gets a result with
+      `.error` set; the others go on.
+    * Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
+      language.py); the input's windows are queued when its detection finishes. English-only models use "en".
+    * Throughput mode (default): all windows of all inputs are independent requests. Sequential mode
+      (`condition_on_previous_text=True`): an input's window k+1 is queued when window k is final, with
+      `<|startofprev|>` + the text kept so far before its prompt; different inputs still run together.
+    * Each attempt decodes at one temperature (decode_params.py): greedy (or beam search) at 0, `best_of` seeded
+      samples above, with Whisper's suppress / begin-suppress / timestamp rules as logits processors and a hook that
+      reads P(<|nospeech|>) at the `<|startoftranscript|>` position. fallback.py judges the finished attempt: a failed
+      one is queued again at the next temperature, ahead of the queue, while the batch's other windows keep decoding;
+      a silent one keeps no text.
+    * Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined, each
+      segment carrying its window's temperature, avg_logprob, compression_ratio and no_speech_prob. The per-input and
+      per-window bookkeeping and the model facts are in work_items.py.
+    """
+
     def __init__(self, engine: Any, sources: Sequence[Any], options: TranscriptionOptions) -> None:
         self.engine, self.options = engine, options
         self.tokens = whisper_tokens_for(engine)
@@ -270,6 +266,10 @@ class _Transcription:
 def transcribe(llm: Any, audio: Any, options: Optional[TranscriptionOptions] = None,
                **overrides: Any) -> List[TranscriptionResult]:
     """Transcribe (or translate to English) each input with a Whisper model; one result per input, in order.
+
+        results = transcribe(llm, ["a.wav", "b.flac", (samples, 44100)], timestamps=True)
+        results = transcribe(llm, audio, TranscriptionOptions(temperature=0.0, beam_width=5), language="de")
+        results[0].text, results[0].segments, results[0].error
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
     audio: one input or a list; an input is a file path, raw file bytes, a 16 kHz mono array, or an
