@@ -226,6 +226,8 @@ def test_attempt_parameters_per_temperature():
     sampled, _ = plan.params(prompt, 0.6, seed=11)
     assert isinstance(sampled, SamplingParams)
     assert (sampled.n, sampled.best_of, sampled.temperature, sampled.seed) == (4, 4, 0.6, 11)
+    odd = _plan(initial_prompt=[EN.sot, 5]).prompt(None, True, [EN.sot, 5])  # the probe reads the real one
+    assert plan.params(odd, 0.0, seed=1)[0].prompt_logits_hooks[0][0] == 3 == odd.token_ids.index(EN.sot, 2)
     greedy, _ = _plan().params(prompt, 0.0, seed=11)
     assert isinstance(greedy, SamplingParams) and greedy.temperature == 0.0 and greedy.n == 1
     with pytest.raises(ValueError, match="best_of must be at most the engine's max_num_seqs"):

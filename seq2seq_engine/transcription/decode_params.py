@@ -125,7 +125,9 @@ class DecodePlan:
         """One attempt's engine parameters: greedy or beam search at temperature 0, best_of seeded samples above."""
         max_tokens = self.tokens.max_new_tokens(len(prompt.token_ids), self.options.max_new_tokens)
         probe = NoSpeechProbe(self.tokens.no_speech) if self.tokens.no_speech is not None else None
-        hooks = [(prompt.token_ids.index(self.tokens.sot), probe)] if probe is not None else None
+        # The last <|startoftranscript|>: token ids given as initial_prompt could hold another.
+        sot_index = len(prompt.token_ids) - 1 - prompt.token_ids[::-1].index(self.tokens.sot)
+        hooks = [(sot_index, probe)] if probe is not None else None
         processors = self.prefix_processors if prompt.has_prefix else self.processors
         if temperature > 0:
             best_of = self.options.best_of
