@@ -52,9 +52,6 @@ class WeightLoader:
     def ignored(self, checkpoint_name: str) -> bool:
         return any(pattern.search(checkpoint_name) for pattern in self._ignore)
 
-    def has(self, param_name: str) -> bool:
-        return param_name in self.params
-
     def load(self, param_name: Optional[str], tensor: torch.Tensor, *, source: Optional[str] = None,
              shard: Optional[Shard] = None, shard_dim: int = 0,
              transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> None:
@@ -105,22 +102,6 @@ class WeightLoader:
         missing = self.missing()
         if missing:
             raise ValueError("checkpoint is missing tensors for parameters: " + ", ".join(missing))
-
-
-def load_weights_by_name(module: nn.Module, weights: Iterable[Tuple[str, torch.Tensor]],
-                         rename: Callable[[str], Optional[str]] = lambda name: name, *,
-                         allow_missing: Iterable[str] = (), ignore: Iterable[str] = IGNORED_BUFFER_PATTERNS,
-                         transforms: Optional[Dict[str, Callable[[torch.Tensor], torch.Tensor]]] = None) -> None:
-    """Strictly load a checkpoint whose names map one-to-one onto parameters (after `rename`; returning None
-    marks the tensor unexpected). `transforms` maps parameter names to functions applied before copying."""
-    loader = WeightLoader(module, allow_missing=allow_missing, ignore=ignore)
-    for name, tensor in weights:
-        if loader.ignored(name):
-            continue
-        param_name = rename(name)
-        transform = transforms.get(param_name) if transforms and param_name else None
-        loader.load(param_name, tensor, source=name, transform=transform)
-    loader.finish()
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:

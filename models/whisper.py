@@ -16,7 +16,7 @@ from torch import nn
 
 from seq2seq_engine.attention import AttentionMetadata
 from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderDecoderForGeneration, EncoderLayer,
-                                                        load_hf_weights)
+                                                         load_hf_weights)
 
 
 class WhisperEncoder(nn.Module):
@@ -91,12 +91,8 @@ class WhisperForConditionalGeneration(EncoderDecoderForGeneration):
         self.config = hf_config
         self.model = WhisperModel(hf_config)
         self.tie_word_embeddings = getattr(hf_config, "tie_word_embeddings", True)
-        self.proj_out = None if self.tie_word_embeddings else nn.Linear(hf_config.d_model, hf_config.vocab_size,
-                                                                         bias=False)
-
-    @property
-    def num_encoder_tokens_per_request(self) -> int:
-        return self.config.max_source_positions
+        self.proj_out = (None if self.tie_word_embeddings
+                         else nn.Linear(hf_config.d_model, hf_config.vocab_size, bias=False))
 
     @property
     def num_decoder_layers(self) -> int:

@@ -5,7 +5,8 @@ import dataclasses
 import os
 from typing import Any, Optional
 
-_DTYPES = ("float32", "bfloat16", "float16")
+# The dtypes the engine runs in, by name (their torch.dtype comes from torch_dtype()).
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
 _DEFAULT_MAX_BEAM_WIDTH = 16
@@ -14,6 +15,14 @@ _DEFAULT_MAX_BEAM_WIDTH = 16
 def env_switch(name: str) -> bool:
     """An on/off environment switch that is on unless set to 0, false, no or off (any case)."""
     return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch.dtype of one of DTYPE_NAMES; torch is imported here so that importing the package does not."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {name!r}")
+    import torch
+    return getattr(torch, name)
 
 
 def _require_positive(name: str, value: Optional[int]) -> None:
@@ -50,8 +59,8 @@ class ModelConfig:
         _require_positive("max_target_positions", self.max_target_positions)
         if not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be a non-negative integer, got {self.max_logprobs!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
         if self.is_encoder_decoder:
             if self.max_source_positions is None:
                 raise ValueError("max_source_positions is required for an encoder/decoder model")

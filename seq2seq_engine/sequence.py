@@ -1,6 +1,4 @@
-"""Sequences and sequence groups: a request's decoder sequences beside its static encoder sequence.
-
-SequenceStatus and SequenceData live in sequence_data.py and are re-exported here."""
+"""Sequences and sequence groups: a request's decoder sequences beside its static encoder sequence."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +8,7 @@ from typing import Any, Dict, List, Optional
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
 from seq2seq_engine.sampling.beam_search import BeamSearchState
 from seq2seq_engine.sampling_params import SamplingParams
+# SequenceData and SequenceStatus are re-exported: most callers import them from here.
 from seq2seq_engine.sequence_data import SequenceData, SequenceStage, SequenceStatus
 
 
@@ -93,6 +92,8 @@ class SequenceGroup:
                  inputs: Optional[EncoderDecoderInputs] = None, priority: int = 0) -> None:
         if not seqs:
             raise ValueError("a sequence group needs at least one decoder sequence")
+        if encoder_seq is not None and encoder_seq.get_len() == 0:
+            raise ValueError("an encoder sequence needs at least one token")
         self.request_id = request_id
         self.seqs_dict: Dict[int, Sequence] = {seq.seq_id: seq for seq in seqs}
         self.arrival_time = arrival_time
@@ -100,8 +101,6 @@ class SequenceGroup:
         self.encoder_seq = encoder_seq
         self.inputs = inputs
         self.priority = priority
-        self.first_scheduled_time: Optional[float] = None
-        self.num_preemptions = 0
         self.ignored_reason: Optional[str] = None
         # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.
         self.generator: Optional[Any] = None
@@ -112,11 +111,16 @@ class SequenceGroup:
         self.prompt_logprobs: Optional[List[Optional[Dict[int, float]]]] = (
             [None] if sampling_params is not None and sampling_params.prompt_logprobs is not None else None)
 
-    def is_encoder_decoder(self) -> bool:
-        return self.encoder_seq is not None
+    @property
+    def encoder_len(self) -> int:
+        """Tokens of the encoder sequence, 0 for a decoder-only request: `encoder_len > 0` is the test of
+        whether the request has an encoder (an encoder sequence is never empty)."""
+        return self.encoder_seq.get_len() if self.encoder_seq is not None else 0
 
-    def get_encoder_seq(self) -> Optional[Sequence]:
-        return self.encoder_seq
+    @property
+    def num_cross_blocks(self) -> int:
+        """Cross-attention blocks holding the encoder output's K/V; 0 for a decoder-only request."""
+        return self.encoder_seq.n_blocks if self.encoder_seq is not None else 0
 
     @property
     def first_seq(self) -> Sequence:
@@ -132,11 +136,11 @@ class SequenceGroup:
 
     @property
     def encoder_prompt(self) -> Optional[str]:
-        return self.encoder_seq.prompt if self.encoder_seq else None
+        return self.encoder_seq.prompt if self.encoder_len > 0 else None
 
     @property
     def encoder_prompt_token_ids(self) -> Optional[List[int]]:
-        return self.encoder_seq.prompt_token_ids if self.encoder_seq else None
+        return self.encoder_seq.prompt_token_ids if self.encoder_len > 0 else None
 
     def get_max_num_running_seqs(self) -> int:
         """The most sequences this group will run at once over its lifetime."""
@@ -154,9 +158,6 @@ class SequenceGroup:
 
     def get_unfinished_seqs(self) -> List[Sequence]:
         return [seq for seq in self.seqs_dict.values() if not seq.is_finished()]
-
-    def get_finished_seqs(self) -> List[Sequence]:
-        return [seq for seq in self.seqs_dict.values() if seq.is_finished()]
 
     def num_seqs(self, status: Optional[SequenceStatus] = None) -> int:
         return len(self.get_seqs(status))
@@ -193,7 +194,7 @@ class SequenceGroup:
 
     def __repr__(self) -> str:
         return (f"SequenceGroup(request_id={self.request_id}, num_seqs={len(self.seqs_dict)}, "
-                f"encoder_len={self.encoder_seq.get_len() if self.encoder_seq else 0})")
+                f"encoder_len={self.encoder_len})")
 
 
 @dataclasses.dataclass
@@ -221,5 +222,7 @@ class SequenceGroupMetadata:
         if (self.encoder_seq_data is None) != (self.cross_block_table is None):
             raise ValueError("encoder_seq_data and cross_block_table come together or not at all")
 
-    def is_encoder_decoder(self) -> bool:
-        return self.encoder_seq_data is not None
+    @property
+    def encoder_len(self) -> int:
+        """Tokens of the request's encoder sequence; 0 for a decoder-only request."""
+        return self.encoder_seq_data.get_len() if self.encoder_seq_data is not None else 0

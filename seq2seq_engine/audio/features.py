@@ -156,7 +156,12 @@ def num_frames(n_samples: int) -> int:
     return n_samples // HOP_LENGTH
 
 
+def encoder_window_samples(max_encoder_len: int) -> int:
+    """Samples of audio one encoder pass sees: 2 feature frames per encoder position (30 s for Whisper)."""
+    return 2 * max_encoder_len * HOP_LENGTH
+
+
 __all__ = [
     "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES", "N_FRAMES", "mel_filter_bank", "pad_or_trim",
-    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames",
+    "log_mel_spectrogram", "log_mel_spectrogram_batch", "num_frames", "encoder_window_samples",
 ]

@@ -59,6 +59,3 @@ class BlockAllocator:
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_blocks)
-
-    def get_num_total_blocks(self) -> int:
-        return self.num_blocks

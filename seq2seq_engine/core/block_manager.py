@@ -1,5 +1,4 @@
-"""Paged KV-cache accounting: one self-attention block table per decoder sequence and one
-cross-attention block table per request (for the encoder output), in a device pool and a CPU swap pool."""
+"""Paged KV-cache accounting: self blocks per decoder sequence, cross blocks per request, device and CPU pools."""
 from __future__ import annotations
 
 import enum
@@ -44,8 +43,7 @@ class BlockSpaceManager:
     def _num_required_blocks(seq_group: SequenceGroup) -> int:
         # Waiting decoder sequences share one prompt table, so it is counted once.
         self_blocks = seq_group.get_seqs(SequenceStatus.WAITING)[0].n_blocks
-        cross_blocks = seq_group.encoder_seq.n_blocks if seq_group.encoder_seq is not None else 0
-        return self_blocks + cross_blocks
+        return self_blocks + seq_group.num_cross_blocks
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         return self._admission_status(self._num_required_blocks(seq_group))
@@ -62,20 +60,20 @@ class BlockSpaceManager:
         for seq in waiting:
             if seq.seq_id in self.block_tables:
                 raise ValueError(f"sequence {seq.seq_id} already has a block table")
-        if seq_group.encoder_seq is not None and seq_group.request_id in self.cross_block_tables:
+        if seq_group.encoder_len > 0 and seq_group.request_id in self.cross_block_tables:
             raise ValueError(f"request {seq_group.request_id} already has a cross block table")
         prompt_table = self._allocate_table(waiting[0].n_blocks, ref_count=len(waiting))
         for seq in waiting:
             self.block_tables[seq.seq_id] = list(prompt_table)
-        if seq_group.encoder_seq is not None:
-            self.cross_block_tables[seq_group.request_id] = self._allocate_table(
-                seq_group.encoder_seq.n_blocks, ref_count=1)
+        if seq_group.encoder_len > 0:
+            self.cross_block_tables[seq_group.request_id] = self._allocate_table(seq_group.num_cross_blocks,
+                                                                                 ref_count=1)
 
-    def can_append_slots(self, seq_group: SequenceGroup, num_lookahead_slots: int = 0) -> bool:
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """One free block per running sequence is enough for the next decode step."""
         return self.gpu_allocator.get_num_free_blocks() >= seq_group.num_seqs(SequenceStatus.RUNNING)
 
-    def append_slots(self, seq: Sequence, num_lookahead_slots: int = 0) -> List[Tuple[int, int]]:
+    def append_slots(self, seq: Sequence) -> List[Tuple[int, int]]:
         """Make room for the sequence's new tokens; returns (src, dst) block pairs to copy (copy-on-write)."""
         table = self.block_tables[seq.seq_id]
         while len(table) < seq.n_blocks:
@@ -109,7 +107,7 @@ class BlockSpaceManager:
             blocks[id(block)] = block
         return list(blocks.values())
 
-    def can_swap_in(self, seq_group: SequenceGroup, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
         # One extra block per sequence so that each can append after being swapped in.
         num_required = (len(self._get_physical_blocks(seq_group))
                         + seq_group.num_seqs(SequenceStatus.SWAPPED))
@@ -170,14 +168,6 @@ class BlockSpaceManager:
         table = self.cross_block_tables.pop(seq_group.request_id, None)
         if table is not None:
             self._free_table(table)
-
-    def reset(self) -> None:
-        for table in self.block_tables.values():
-            self._free_table(table)
-        for table in self.cross_block_tables.values():
-            self._free_table(table)
-        self.block_tables.clear()
-        self.cross_block_tables.clear()
 
     # ----------------------------------------------------------------- queries
     def get_block_table(self, seq: Sequence) -> List[int]:

@@ -104,7 +104,7 @@ class Scheduler:
             num_encoder_tokens=state.num_encoder_tokens,
             blocks_to_swap_in=state.blocks_to_swap_in, blocks_to_swap_out=state.blocks_to_swap_out,
             blocks_to_copy=state.blocks_to_copy, ignored_seq_groups=state.ignored,
-            preempted=state.num_preempted, running_queue_size=len(self.running))
+            preempted=state.num_preempted)
         return [self._make_metadata(s) for s in scheduled], outputs
 
     def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget) -> int:
@@ -112,7 +112,7 @@ class Scheduler:
         if not seq_group.is_prefill():
             return seq_group.num_unfinished_seqs()
         num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
-        chunkable = self.scheduler_config.enable_chunked_prefill and not seq_group.is_encoder_decoder()
+        chunkable = self.scheduler_config.enable_chunked_prefill and seq_group.encoder_len == 0
         if chunkable:
             num_new_tokens = min(num_new_tokens, budget.remaining_token_budget())
         return num_new_tokens
@@ -120,9 +120,7 @@ class Scheduler:
     @staticmethod
     def _encoder_tokens(seq_group: SequenceGroup) -> int:
         """Encoder tokens run this step: all of them at a request's (never chunked) first step."""
-        if seq_group.encoder_seq is None or not seq_group.is_prefill():
-            return 0
-        return seq_group.encoder_seq.get_len()
+        return seq_group.encoder_len if seq_group.is_prefill() else 0
 
     def _schedule_running(self, state: _StepState) -> None:
         kept: Deque[SequenceGroup] = deque()
@@ -196,10 +194,10 @@ class Scheduler:
         prompt_len = seq_group.first_seq.get_len()
         if prompt_len > config.max_model_len:
             return f"decoder prompt of {prompt_len} tokens exceeds max_model_len={config.max_model_len}"
-        encoder_len = seq_group.encoder_seq.get_len() if seq_group.encoder_seq is not None else 0
+        encoder_len = seq_group.encoder_len
         if encoder_len > config.max_encoder_len:
             return f"encoder prompt of {encoder_len} tokens exceeds max_encoder_len={config.max_encoder_len}"
-        chunkable = config.enable_chunked_prefill and not seq_group.is_encoder_decoder()
+        chunkable = config.enable_chunked_prefill and seq_group.encoder_len == 0
         if not chunkable and prompt_len + encoder_len > config.max_num_batched_tokens:
             return (f"prefill of {prompt_len} decoder + {encoder_len} encoder tokens exceeds "
                     f"max_num_batched_tokens={config.max_num_batched_tokens}")
@@ -234,7 +232,6 @@ class Scheduler:
         """Recompute a single-sequence request; swap a multi-sequence one (its beams cannot be re-derived)."""
         state.num_preempted += 1
         self.num_cumulative_preemption += 1
-        seq_group.num_preemptions += 1
         # Only a request that has, and will have, one sequence is recomputed: re-admission gives every waiting
         # sequence one shared prompt table, which is wrong for diverged ones (n/best_of, beams, finished siblings).
         single = seq_group.num_seqs() == 1 and seq_group.get_max_num_running_seqs() == 1
@@ -264,7 +261,7 @@ class Scheduler:
         running = seq_group.get_seqs(SequenceStatus.RUNNING)
         first = running[0].data
         completes_prompt = first.get_num_computed_tokens() + scheduled.token_chunk_size >= first.get_len()
-        has_encoder = seq_group.encoder_seq is not None
+        has_encoder = seq_group.encoder_len > 0
         return SequenceGroupMetadata(
             request_id=seq_group.request_id, is_prompt=scheduled.is_prompt,
             seq_data={seq.seq_id: seq.data for seq in running},

@@ -50,8 +50,3 @@ class SchedulerOutputs:
     blocks_to_copy: List[Tuple[int, int]]
     ignored_seq_groups: List[SequenceGroup]
     preempted: int
-    running_queue_size: int
-
-    def is_empty(self) -> bool:
-        return (not self.scheduled_seq_groups and not self.blocks_to_swap_in
-                and not self.blocks_to_swap_out and not self.blocks_to_copy)

@@ -10,9 +10,9 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 import torch
 
-from seq2seq_engine.audio import HOP_LENGTH, load_audio, log_mel_spectrogram
+from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.config import EngineConfig
+from seq2seq_engine.config import EngineConfig, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.platforms.cpu_memory import tune_malloc
 from seq2seq_engine.engine.arg_utils import EngineArgs
@@ -38,7 +38,6 @@ from seq2seq_engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _GIB = 1 << 30
 
 
@@ -62,7 +61,7 @@ class LLMEngine:
         num_layers, num_kv_heads, head_size = model.kv_cache_spec()
         self.cache_engine = CacheEngine(num_layers, num_kv_heads, head_size, cache_config.block_size,
                                         cache_config.num_gpu_blocks, cache_config.num_cpu_blocks,
-                                        _DTYPES[self.model_config.dtype], self.device)
+                                        torch_dtype(self.model_config.dtype), self.device)
         self.scheduler = Scheduler(config.scheduler_config, cache_config)
         self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
                                         self.model_config.max_model_len, cache_config.block_size,
@@ -87,7 +86,7 @@ class LLMEngine:
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
-        model, _ = load_model(model_dir, _DTYPES[args.dtype], device)
+        model, _ = load_model(model_dir, torch_dtype(args.dtype), device)
         tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
         return cls(config, model, tokenizer, args.gpu_memory_utilization,
                    GenerationDefaults.from_model_dir(model_dir))
@@ -96,7 +95,7 @@ class LLMEngine:
         cache_config = config.cache_config
         num_layers, num_kv_heads, head_size = model.kv_cache_spec()
         block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, cache_config.block_size,
-                                        _DTYPES[self.model_config.dtype])
+                                        torch_dtype(self.model_config.dtype))
         num_gpu_blocks = cache_config.num_gpu_blocks
         if num_gpu_blocks is None and self.device.type == "cuda":
             num_gpu_blocks = profile_cuda_blocks(block_bytes, gpu_memory_utilization, self.device)
@@ -192,10 +191,8 @@ class LLMEngine:
         num_mel_bins = getattr(self.model_config.hf_config, "num_mel_bins", None)
         if num_mel_bins is None:
             raise ValueError(f"model {self.model_config.model!r} takes no audio (its config has no num_mel_bins)")
-        # The encoder sees 2 frames per position: 3000 frames (30 s) for the released models.
-        num_samples = 2 * self.model_config.max_encoder_len * HOP_LENGTH
         features = log_mel_spectrogram(load_audio(encoder.multi_modal_data["audio"]), n_mels=num_mel_bins,
-                                       n_samples=num_samples)
+                                       n_samples=encoder_window_samples(self.model_config.max_encoder_len))
         encoder = dataclasses.replace(encoder, multi_modal_data={"input_features": features})
         return dataclasses.replace(inputs, encoder=encoder)
 

@@ -1,6 +1,7 @@
 """Applies a step's sampled tokens to the scheduled sequences: append, detokenize, check stops, free."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence as Seq, Tuple
 
 from seq2seq_engine.core.scheduler import Scheduler
@@ -24,7 +25,7 @@ class OutputProcessor:
                 sampler_output: Optional[SamplerOutput]) -> List[int]:
         """Update every scheduled request; returns the ids of sequences that finished this step."""
         row_of_seq = {seq_id: row for row, seq_id in enumerate(sampled_seq_ids)}
-        columns = _sampler_columns(sampler_output)
+        columns = SampledColumns.from_output(sampler_output)
         beam_candidates = _beam_candidates(sampler_output, sampled_seq_ids)
         prompt_chunks = _prompt_logprob_chunks(sampler_output)
         finished_seq_ids = []
@@ -46,11 +47,11 @@ class OutputProcessor:
                     finished_seq_ids.append(seq.seq_id)
         return finished_seq_ids
 
-    def _append(self, seq: Sequence, params, columns: Dict[str, list], row: int) -> None:
-        token_id = columns["token_ids"][row]
-        has_topk = params.logprobs and columns["topk_ids"] is not None
-        logprobs = _logprob_entry(token_id, columns["logprobs"][row], columns["topk_ids"][row] if has_topk else (),
-                                  columns["topk_logprobs"][row] if has_topk else (), params.logprobs or 0)
+    def _append(self, seq: Sequence, params, columns: "SampledColumns", row: int) -> None:
+        token_id = columns.token_ids[row]
+        has_topk = params.logprobs and columns.topk_ids is not None
+        logprobs = _logprob_entry(token_id, columns.logprobs[row], columns.topk_ids[row] if has_topk else (),
+                                  columns.topk_logprobs[row] if has_topk else (), params.logprobs or 0)
         seq.append_token_id(token_id, logprobs)
         new_char_count = self.detokenizer.decode_sequence_inplace(seq, params) if self.detokenizer else 0
         self.stop_checker.maybe_stop_sequence(seq, new_char_count, params)
@@ -77,7 +78,7 @@ def _prompt_logprob_chunks(sampler_output: Optional[SamplerOutput]) -> Dict[str,
     topk_logprobs = out.topk_logprobs.tolist() if has_topk else None
     chunks, row = {}, 0
     for request_id, first, count, num_topk in zip(out.request_ids, out.first_token_indices, out.num_tokens,
-                                                   out.num_topk):
+                                                  out.num_topk):
         chunks[request_id] = (first, [
             _logprob_entry(token_ids[r], logprobs[r], topk_ids[r] if num_topk else (),
                            topk_logprobs[r] if num_topk else (), num_topk)
@@ -106,14 +107,20 @@ def _beam_candidates(sampler_output: Optional[SamplerOutput], sampled_seq_ids: L
     return {sampled_seq_ids[row]: (token_ids[i], logprobs[i]) for i, row in enumerate(sampler_output.beam_rows)}
 
 
-def _sampler_columns(sampler_output: Optional[SamplerOutput]) -> Dict[str, list]:
-    """Python lists of the sampler's tensors, converted once per step."""
-    if sampler_output is None:
-        return {"token_ids": [], "logprobs": [], "topk_ids": None, "topk_logprobs": None}
-    has_topk = sampler_output.topk_token_ids is not None
-    return {
-        "token_ids": sampler_output.sampled_token_ids.tolist(),
-        "logprobs": sampler_output.sampled_logprobs.tolist(),
-        "topk_ids": sampler_output.topk_token_ids.tolist() if has_topk else None,
-        "topk_logprobs": sampler_output.topk_logprobs.tolist() if has_topk else None,
-    }
+@dataclasses.dataclass(frozen=True)
+class SampledColumns:
+    """The sampler's tensors as Python lists, converted once per step; row i is sampled row i."""
+
+    token_ids: List[int]
+    logprobs: List[float]
+    topk_ids: Optional[List[List[int]]] = None          # None when no row asked for logprobs
+    topk_logprobs: Optional[List[List[float]]] = None
+
+    @classmethod
+    def from_output(cls, sampler_output: Optional[SamplerOutput]) -> "SampledColumns":
+        if sampler_output is None:
+            return cls([], [])
+        has_topk = sampler_output.topk_token_ids is not None
+        return cls(sampler_output.sampled_token_ids.tolist(), sampler_output.sampled_logprobs.tolist(),
+                   sampler_output.topk_token_ids.tolist() if has_topk else None,
+                   sampler_output.topk_logprobs.tolist() if has_topk else None)

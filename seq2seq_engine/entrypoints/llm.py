@@ -26,7 +26,8 @@ class LLM:
     def transcribe(self, audio, options=None, **overrides):
         """Transcribe (or translate) audio with a Whisper model: one TranscriptionResult per input, in input order.
         `options` is a TranscriptionOptions; keyword overrides replace its fields (language, task, timestamps,
-        temperature, beam_width, initial_prompt, clip_timestamps, ...): see seq2seq_engine.transcription.transcribe."""
+        temperature, beam_width, initial_prompt, clip_timestamps, vad_filter, ...): see
+        seq2seq_engine.transcription.transcribe."""
         from seq2seq_engine.transcription import transcribe
         return transcribe(self, audio, options, **overrides)
 

@@ -1,6 +1,6 @@
 """`seq2seq-engine transcribe AUDIO... --model whisper-tiny.en [--language de] [--task translate] [--timestamps]
-[--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--output-format txt|json|srt|vtt]
-[--output-dir DIR]`.
+[--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter [--vad-threshold 0.5 ...]]
+[--output-format txt|json|srt|vtt] [--output-dir DIR]`.
 
 With --output-dir, one file per input (`<input stem>.<format>`; a clashing stem gets `-<n>` added). Without it,
 txt prints one line per input to stdout (an empty line for a failed input, so lines match inputs), json prints
@@ -10,13 +10,12 @@ the exit status is 1 when any input failed (the others are still written), 2 for
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
 from typing import Any, List, Optional, Sequence, TextIO
 
-from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.entrypoints.transcribe_flags import add_decoding_arguments, add_vad_arguments, options_from_args
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
@@ -55,53 +54,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="decode silent windows too (by default they give no text)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_decoding_arguments(parser)
+    add_vad_arguments(parser)
     return parser
-
-
-def _optional_float(text: str) -> Optional[float]:
-    return None if text.strip().lower() == "none" else float(text)
-
-
-# TranscriptionOptions fields set by the flags below, only when given (argparse.SUPPRESS).
-_DECODING_FIELDS = ("temperature", "best_of", "compression_ratio_threshold", "log_prob_threshold",
-                    "no_speech_threshold", "prompt_reset_on_temperature", "initial_prompt", "prefix", "hotwords",
-                    "suppress_tokens", "suppress_blank", "clip_timestamps", "hallucination_silence_threshold", "seed")
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The robustness flags (openai-whisper / faster-whisper semantics); defaults are TranscriptionOptions'."""
-    group = parser.add_argument_group("decoding", "defaults as openai-whisper; 'none' disables a threshold")
-    add = functools.partial(group.add_argument, default=argparse.SUPPRESS)
-    add("--temperature", help="a temperature, or comma-separated ones tried in turn when a window fails "
-                              "(default 0,0.2,0.4,0.6,0.8,1.0; 0 alone: greedy/beam search only)")
-    add("--best-of", type=int, help="samples per window at temperatures above 0 (default 5)")
-    add("--compression-ratio-threshold", type=_optional_float, help="fail a window whose text's zlib compression "
-                                                                    "ratio is above this (default 2.4)")
-    add("--log-prob-threshold", type=_optional_float, help="fail a window whose average token logprob is below "
-                                                           "this (default -1.0)")
-    add("--no-speech-threshold", type=_optional_float, help="a window with P(no speech) above this and a failing "
-                                                            "logprob is silence (default 0.6)")
-    add("--prompt-reset-on-temperature", type=float, help="with --condition-on-previous-text, forget the text "
-                                                          "before a window decoded above this temperature (0.5)")
-    add("--initial-prompt", help="text the first window is conditioned on (names, spellings, style)")
-    add("--prefix", help="text the first window's transcript starts with")
-    add("--hotwords", help="hint phrases put before every window's prompt (not with a prefix)")
-    add("--suppress-tokens", help="comma-separated token ids never produced; -1: the model's list (default; write "
-                                  "--suppress-tokens=-1,220 when the list starts with -1)")
-    add("--no-suppress-blank", dest="suppress_blank", action="store_false",
-        help="allow a window to start with a blank or end at once")
-    add("--clip-timestamps", help="start,end,... seconds: transcribe only these spans (a last end may be left out)")
-    add("--hallucination-silence-threshold", type=float, help="needs word timestamps (not available yet)")
-    add("--seed", type=int, help="seed of the sampled attempts (default 0)")
-
-
-def options_from_args(args: argparse.Namespace) -> TranscriptionOptions:
-    """TranscriptionOptions from parsed flags (ValueError naming the option when a value is out of range)."""
-    given = {name: getattr(args, name) for name in _DECODING_FIELDS if hasattr(args, name)}
-    return TranscriptionOptions(language=args.language, task=args.task, timestamps=args.timestamps,
-                                condition_on_previous_text=args.condition_on_previous_text,
-                                max_new_tokens=args.max_new_tokens, beam_width=args.beam_width,
-                                skip_silence=args.skip_silence, use_tqdm=not args.quiet, **given)
 
 
 def _output_paths(sources: Sequence[str], output_dir: str, output_format: str) -> List[str]:

@@ -7,7 +7,6 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 SINGLETON_KEYS = frozenset({"prompt", "prompt_token_ids", "multi_modal_data"})
 EXPLICIT_KEYS = frozenset({"encoder_prompt", "decoder_prompt"})
-ALLOWED_KEYS = SINGLETON_KEYS | EXPLICIT_KEYS
 # "audio": (samples, sample_rate); "input_features": precomputed log-mel features [n_mels, frames].
 SUPPORTED_MODALITIES = frozenset({"audio", "input_features"})
 

@@ -56,18 +56,6 @@ class InputPreprocessor:
         self.check_decoder_length(decoder_inputs, max_tokens, "decoder prompt")
         return EncoderDecoderInputs(decoder=decoder_inputs, encoder=encoder_inputs)
 
-    def preprocess_batch(self, prompts: Any, sampling_params: Any = None) -> List[EncoderDecoderInputs]:
-        """Preprocess a single prompt or a list of prompts; `sampling_params` is one object or one per prompt."""
-        prompt_list = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
-        if isinstance(sampling_params, (list, tuple)):
-            if len(sampling_params) != len(prompt_list):
-                raise ValueError(f"sampling_params has {len(sampling_params)} entries but there are "
-                                 f"{len(prompt_list)} prompts; pass one object or one per prompt")
-            params_list: Sequence[Any] = sampling_params
-        else:
-            params_list = [sampling_params] * len(prompt_list)
-        return [self.preprocess(p, sp) for p, sp in zip(prompt_list, params_list)]
-
     def default_decoder_prompt_token_ids(self) -> List[int]:
         """`[decoder_start_token_id, bos_token_id]`, or `[decoder_start_token_id]` if the model has no bos."""
         config = self.model_config

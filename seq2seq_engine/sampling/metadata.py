@@ -30,26 +30,16 @@ class SamplingMetadata:
 
     temperatures: torch.Tensor          # [N] float32
     top_ps: torch.Tensor                # [N] float32 (1.0: disabled)
-    top_ks: torch.Tensor                # [N] int64 (-1: disabled)
     min_ps: torch.Tensor                # [N] float32 (0.0: disabled)
     generators: List[Optional[torch.Generator]]   # per row; None: the global RNG
-    greedy_mask: torch.Tensor           # [N] bool
-    greedy_rows: List[int]
-    random_rows: List[int]
     # Random rows split by whether they need the sorted (top-k / top-p) path.
     plain_rows: List[int]
     filtered_rows: List[int]
-    top_k_list: List[int]
+    top_k_list: List[int]               # -1: disabled
     top_p_list: List[float]
     min_p_list: List[float]
     temperature_list: List[float]
-    num_logprobs: List[Optional[int]]
     all_greedy: bool
-    all_random: bool
-    no_temperature: bool                # every random row has temperature 1.0
-    no_top_k: bool                      # over random rows
-    no_top_p: bool
-    no_min_p: bool
     max_num_logprobs: int               # 0 when no row asked for top logprobs
     device: torch.device
 
@@ -71,7 +61,6 @@ class SamplingMetadata:
             min_ps.append(float(params.min_p))
             generators.append(None if is_greedy else generator)
             num_logprobs.append(params.logprobs)
-        greedy_rows = [i for i, g in enumerate(greedy) if g]
         random_rows = [i for i, g in enumerate(greedy) if not g]
         filtered_rows = [i for i in random_rows if top_ks[i] > 0 or top_ps[i] < 1.0]
         filtered = set(filtered_rows)
@@ -87,13 +76,7 @@ class SamplingMetadata:
 
         return cls(
             temperatures=tensor(temperatures, torch.float32), top_ps=tensor(top_ps, torch.float32),
-            top_ks=tensor(top_ks, torch.int64), min_ps=tensor(min_ps, torch.float32), generators=generators,
-            greedy_mask=tensor(greedy, torch.bool), greedy_rows=greedy_rows, random_rows=random_rows,
-            plain_rows=plain_rows, filtered_rows=filtered_rows, top_k_list=top_ks, top_p_list=top_ps,
-            min_p_list=min_ps, temperature_list=temperatures, num_logprobs=num_logprobs,
-            all_greedy=not random_rows, all_random=not greedy_rows,
-            no_temperature=all(temperatures[i] == 1.0 for i in random_rows),
-            no_top_k=all(top_ks[i] <= 0 for i in random_rows),
-            no_top_p=all(top_ps[i] >= 1.0 for i in random_rows),
-            no_min_p=all(min_ps[i] <= 0.0 for i in random_rows),
-            max_num_logprobs=max(requested, default=0), device=device)
+            min_ps=tensor(min_ps, torch.float32), generators=generators, plain_rows=plain_rows,
+            filtered_rows=filtered_rows, top_k_list=top_ks, top_p_list=top_ps, min_p_list=min_ps,
+            temperature_list=temperatures, all_greedy=not random_rows, max_num_logprobs=max(requested, default=0),
+            device=device)

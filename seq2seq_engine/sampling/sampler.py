@@ -39,18 +39,18 @@ class PromptLogprobsOutput:
     topk_token_ids: Optional[torch.Tensor] = None   # [T, K] int64
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class SamplerOutput:
     sampled_token_ids: torch.Tensor             # [N] int64
     sampled_logprobs: torch.Tensor              # [N] float32: log_softmax(raw logits)[token]
     topk_logprobs: Optional[torch.Tensor] = None    # [N, K] float32, K = the most logprobs any row asked for
     topk_token_ids: Optional[torch.Tensor] = None   # [N, K] int64
-    # Beam-search rows (filled by the model runner): their indices among the N rows, and each row's top
+    # Beam-search rows (added by the model runner): their indices among the N rows, and each row's top
     # candidates [len(beam_rows), C] of log_softmax(logits) after the logits processors.
     beam_rows: Optional[List[int]] = None
     beam_logprobs: Optional[torch.Tensor] = None
     beam_token_ids: Optional[torch.Tensor] = None
-    # Prompt logprobs of the step's prefill chunks that asked for them (filled by the model runner).
+    # Prompt logprobs of the step's prefill chunks that asked for them (added by the model runner).
     prompt_logprobs: Optional[PromptLogprobsOutput] = None
 
     @classmethod

@@ -10,13 +10,11 @@ out whole once its last byte arrives.
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, FrozenSet, List, Optional, Tuple
 
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence
 
-# How many tokens before the first new one seed the prefix window when decoding starts after existing tokens.
-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET = 5
 _REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -89,16 +87,6 @@ def _ids_to_tokens(tokenizer: Any, token_ids: List[int], skip_special_tokens: bo
     return tokens
 
 
-def convert_prompt_ids_to_tokens(tokenizer: Any, prompt_ids: List[int], skip_special_tokens: bool = False
-                                 ) -> Tuple[List[str], int, int]:
-    """Tokens of the last few prompt ids, with offsets that treat them as already emitted (vLLM's seeding)."""
-    tokens = _ids_to_tokens(tokenizer, prompt_ids[-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET - 2:],
-                            skip_special_tokens)
-    read_offset = len(tokens)
-    prefix_offset = max(read_offset - INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET, 0)
-    return tokens, prefix_offset, read_offset
-
-
 def detokenize_incrementally(tokenizer: Any, all_token_ids: List[int], prev_tokens: Optional[List[str]],
                              prefix_offset: int, read_offset: int, skip_special_tokens: bool = False,
                              spaces_between_special_tokens: bool = True
@@ -135,10 +123,6 @@ class Detokenizer:
         self.tokenizer = tokenizer
         _info(tokenizer)
 
-    def decode_prompt(self, token_ids: List[int], skip_special_tokens: bool = True) -> str:
-        """Text of a prompt given as token ids (e.g. a decoder prompt, for RequestOutput.prompt)."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
-
     def decode_sequence_inplace(self, seq: Sequence, params: SamplingParams) -> int:
         """Decode the sequence's last output token into seq.output_text; returns how many characters came.
 
@@ -158,7 +142,3 @@ class Detokenizer:
         seq.prefix_offset, seq.read_offset = prefix_offset, read_offset
         seq.output_text += new_text
         return len(new_text)
-
-    def decode_logprob_tokens(self, token_ids: List[int]) -> Dict[int, str]:
-        """Each id's own decoded text (for showing top logprobs)."""
-        return {token_id: self.tokenizer.decode([token_id]) for token_id in token_ids}

@@ -9,7 +9,7 @@ row) is the log-softmax over the language tokens alone: the detected language's 
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
@@ -57,13 +57,3 @@ def detect_language(llm: Any, audio: Sequence[Any], use_tqdm: bool = False) -> L
     prompts = [detection_prompt(tokens, features_for(engine, load_audio(item))) for item in inputs]
     outputs = llm.generate(prompts, detection_params(tokens), use_tqdm=use_tqdm)
     return [parse_detection(output, tokens) for output in outputs]
-
-
-def language_probabilities(logits: torch.Tensor, tokens: WhisperTokens,
-                           top: Optional[int] = None) -> List[Tuple[str, float]]:
-    """Softmax over the language tokens of one logits row, most probable first (a helper for tests/tools)."""
-    codes = list(tokens.language_ids)
-    ids = torch.tensor([tokens.language_ids[c] for c in codes], dtype=torch.long)
-    probs = torch.softmax(logits.float()[ids], dim=-1)
-    ranked = sorted(zip(codes, probs.tolist()), key=lambda pair: -pair[1])
-    return ranked[:top] if top else ranked

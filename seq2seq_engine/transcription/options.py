@@ -5,6 +5,7 @@ import dataclasses
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
+from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.transcription.prompts import TASKS
 
 # openai-whisper's and faster-whisper's default fallback temperatures.
@@ -58,7 +59,9 @@ class TranscriptionOptions:
     (decode an input's windows in order, each prompted with the text before it), `initial_prompt` (text or token
     ids before the first window), `prefix` (text the first window starts with), `hotwords` (text put before every
     window's prompt, unless the window has a prefix), `clip_timestamps` ("start,end,..." seconds: only those spans),
-    `skip_silence` (windows below -60 dBFS are not decoded), `max_new_tokens` per window (None: 224).
+    `skip_silence` (windows below -60 dBFS are not decoded), `max_new_tokens` per window (None: 224), `vad_filter`
+    (decode only the speech Silero VAD finds, packed into 30 s windows, timestamps mapped back to the input) with
+    `vad_parameters` (a VadOptions or a dict of its fields; stored as a VadOptions, checked even with VAD off).
     Decoding: `temperature` (a float or a sequence tried in order when a window fails: docs/transcription.md),
     `best_of` (samples per attempt at temperature > 0, the most likely by average logprob kept), `beam_width`
     (beam search at temperature 0; 1: greedy), `compression_ratio_threshold`, `log_prob_threshold`,
@@ -88,6 +91,8 @@ class TranscriptionOptions:
     suppress_blank: bool = True
     suppress_tokens: Optional[Tuple[int, ...]] = (-1,)
     clip_timestamps: Union[str, Tuple[float, ...]] = ()
+    vad_filter: bool = False
+    vad_parameters: Optional[Union[VadOptions, Dict[str, Any]]] = None
     hallucination_silence_threshold: Optional[float] = None
     seed: int = 0
     use_tqdm: bool = True
@@ -97,6 +102,7 @@ class TranscriptionOptions:
         self._set("temperature", _floats("temperature", self.temperature))
         self._set("suppress_tokens", _token_ids("suppress_tokens", self.suppress_tokens, -1))
         self._set("clip_timestamps", _floats("clip_timestamps", self.clip_timestamps))
+        self._set("vad_parameters", VadOptions.from_parameters(self.vad_parameters))  # a typo is an error
         if self.initial_prompt is not None and not isinstance(self.initial_prompt, str):
             self._set("initial_prompt", _token_ids("initial_prompt", self.initial_prompt, 0))
         self._check_switches()
@@ -112,7 +118,8 @@ class TranscriptionOptions:
         object.__setattr__(self, name, value)
 
     def _check_switches(self) -> None:
-        for name in ("timestamps", "condition_on_previous_text", "skip_silence", "suppress_blank", "use_tqdm"):
+        for name in ("timestamps", "condition_on_previous_text", "skip_silence", "suppress_blank", "use_tqdm",
+                     "vad_filter"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, "True or False", getattr(self, name))
         if self.task not in TASKS:

@@ -10,16 +10,16 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio
+from seq2seq_engine.audio import SAMPLE_RATE, AudioError, encoder_window_samples, load_audio
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt, attempt_seed
 from seq2seq_engine.transcription.fallback import Attempt, Verdict, verdict
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
-from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, clip_windows, describe_source,
-                                                     features_for, is_single_input, samples_hint, whisper_tokens_for,
-                                                     window_samples)
+from seq2seq_engine.transcription.vad_windows import window_vad_options
+from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
+                                                     is_single_input, make_windows, samples_hint, whisper_tokens_for)
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,9 @@ class _Transcription:
     """One transcribe call. The engine is driven directly with add_request/step, so progress is reported per window:
 
     * Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
-      30 s windows (the encoder's span; only the `clip_timestamps` spans when given) and each window becomes a request
-      whose log-mel features are computed at admission. An input that cannot be read (AudioError) gets a result with
+      30 s windows (the encoder's span; only the `clip_timestamps` spans when given; with vad_filter, the speech
+      regions packed into windows, vad_windows.py) and each window becomes a request whose log-mel features are
+      computed at admission. An input that cannot be read (AudioError) gets a result with
       `.error` set; the others go on.
     * Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
       language.py); the input's windows are queued when its detection finishes. English-only models use "en".
@@ -59,7 +60,8 @@ class _Transcription:
                            options.timestamps)  # validates the task for this model
         self.plan = DecodePlan(engine, self.tokens, options)
         self.sequential = options.condition_on_previous_text
-        self.window_samples = window_samples(engine)
+        self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
+        self.vad = window_vad_options(options.vad_filter, options.vad_parameters, self.window_samples)
         self.max_in_flight = options.max_in_flight or engine.scheduler_config.max_num_seqs
         self.inputs = [InputState(i, source, describe_source(source, i), samples_hint(source))
                        for i, source in enumerate(sources)]
@@ -129,10 +131,10 @@ class _Transcription:
             self._fail(item, str(error))
             return
         item.duration = len(audio) / SAMPLE_RATE
-        chunks = clip_windows(audio, self.options.clip_timestamps, self.window_samples)
-        self._adjust_total(sum(len(chunk) for _, chunk in chunks) - item.samples_hint)
-        item.windows = [Window(k, start, chunk, self.options.skip_silence and is_silent(chunk))
-                        for k, (start, chunk) in enumerate(chunks)]
+        self._adjust_total(len(audio) - item.samples_hint)
+        item.windows = make_windows(audio, self.window_samples, self.options.skip_silence, self.vad,
+                                    self.options.clip_timestamps)
+        self.progress.update(len(audio) - sum(len(w.samples) for w in item.windows))  # what no window covers is done
         item.language = self.language
         item.context = list(self.plan.initial_tokens)
         speech = [w for w in item.windows if not w.silent]
@@ -222,7 +224,7 @@ class _Transcription:
         scores = {} if result is None else dict(temperature=result.temperature, avg_logprob=result.avg_logprob,
                                                 compression_ratio=result.compression_ratio,
                                                 no_speech_prob=result.no_speech_prob)
-        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, **scores)
+        item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, window.time_map, **scores)
         self.progress.update(len(window.samples))
 
     def _maybe_finish(self, item: InputState) -> None:

@@ -67,10 +67,6 @@ class WhisperTokens:
         return self.no_timestamps + 1
 
     @property
-    def num_timestamps(self) -> int:
-        return max(0, self.vocab_size - self.timestamp_begin)
-
-    @property
     def prompt_cut_off(self) -> int:
         """How many previous tokens a `<|startofprev|>` prompt keeps (HF/openai: max_target_positions // 2 - 1)."""
         return self.max_target_positions // 2 - 1

@@ -4,15 +4,19 @@ A window's tokens with timestamps look like `<|0.00|> Hello<|1.20|><|1.40|> worl
 opening and a closing timestamp is a segment; consecutive timestamps close one segment and open the next; a final
 single timestamp (right before `<|endoftext|>`) closes the last. Text left open at the end of a window (the
 window cut mid-sentence, or max_new_tokens ran out) ends at the window's end. Times are relative to the window
-and shifted by its offset in the input; they are clamped to the window's audio and rounded to the microsecond.
+and shifted by its offset in the input (or, for a window of packed speech regions, mapped through its TimeMap,
+vad_windows.py); they are clamped to the window's audio and rounded to the microsecond.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.transcription.prompts import TIME_PRECISION, WhisperTokens
 from seq2seq_engine.transcription.results import Segment
+
+if TYPE_CHECKING:
+    from seq2seq_engine.transcription.vad_windows import TimeMap
 
 RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
 SCORE_FIELDS = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
@@ -26,6 +30,7 @@ class WindowTokens:
     offset: float
     duration: float
     token_ids: List[int]
+    time_map: Optional["TimeMap"] = None  # a window of speech regions (vad_filter): maps its times to the input's
     temperature: Optional[float] = None
     avg_logprob: Optional[float] = None
     compression_ratio: Optional[float] = None
@@ -33,6 +38,14 @@ class WindowTokens:
 
     def scores(self) -> dict:
         return {name: getattr(self, name) for name in SCORE_FIELDS}
+
+    def input_span(self, start: float, end: float) -> Tuple[float, float]:
+        """The input's (start, end) of a segment `start`..`end` seconds into the window, rounded to the microsecond
+        (shifted by the offset, or placed by the time map: TimeMap.span)."""
+        if self.time_map is not None:
+            start, end = self.time_map.span(start, end)
+            return round(start, 6), round(end, 6)
+        return round(self.offset + start, 6), round(self.offset + end, 6)
 
 
 def split_segments(token_ids: Sequence[int], tokens: WhisperTokens, window_duration: float,
@@ -66,8 +79,9 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
            timestamps: bool) -> Tuple[str, List[Segment]]:
     """One input's (text, segments) from its windows, in order.
 
-    With timestamps, each window's segments are shifted by the window's offset; without, each window that has
-    text is one segment spanning the window. The text is the windows' texts joined (Whisper's text tokens carry
+    With timestamps, each window's segments are shifted by the window's offset (placed by its time map when it
+    has one); without, each window that has text is one segment spanning the window (from its first region's
+    start to its last region's end). The text is the windows' texts joined (Whisper's text tokens carry
     their leading spaces), stripped; each segment's text is stripped.
     """
     segments: List[Segment] = []
@@ -78,12 +92,15 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(round(window.offset + start, 6), round(window.offset + end, 6),
-                                            text.strip(), **window.scores()))
+                    segments.append(Segment(*window.input_span(start, end), text.strip(), **window.scores()))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
-            if text.strip():
+            if text.strip() and window.time_map is not None:
+                segments.append(Segment(window.time_map.to_original(0.0),
+                                        window.time_map.to_original(window.duration, is_end=True), text.strip(),
+                                        **window.scores()))
+            elif text.strip():
                 segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
                                         **window.scores()))
     return "".join(pieces).strip(), segments

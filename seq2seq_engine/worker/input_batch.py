@@ -1,5 +1,4 @@
-"""Persistent CPU buffers of the running sequences (token ids, block tables) and the vectorised
-computation of a step's flattened inputs from them (positions, input ids, slot mapping, ...)."""
+"""Persistent token-id and block tables of the running sequences, and a step's flat inputs computed from them."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +13,6 @@ from seq2seq_engine.sequence import SequenceData
 class FlatInputs:
     """A step's decoder inputs, one entry per scheduled token (or per request for the per-request arrays)."""
 
-    req_indices: np.ndarray           # [num_tokens] row of the token's request
     positions: np.ndarray             # [num_tokens]
     token_indices: np.ndarray         # [num_tokens] flat index into the token-id table
     input_ids: np.ndarray             # [num_tokens]
@@ -22,8 +20,6 @@ class FlatInputs:
     slot_mapping: np.ndarray          # [num_tokens]
     query_start_loc: np.ndarray       # [num_reqs + 1]
     seq_lens: np.ndarray              # [num_reqs] computed + scheduled tokens
-    num_computed_tokens: np.ndarray   # [num_reqs]
-    max_query_len: int
     num_tokens: int
 
 
@@ -44,10 +40,9 @@ def prepare_flat_inputs(rows: np.ndarray, num_computed_tokens: np.ndarray, num_s
     block_numbers = block_table.reshape(-1)[block_table_indices].astype(np.int64)
     slot_mapping = block_numbers * block_size + positions % block_size
     return FlatInputs(
-        req_indices=req_indices, positions=positions, token_indices=token_indices, input_ids=input_ids,
-        block_numbers=block_numbers, slot_mapping=slot_mapping, query_start_loc=query_start_loc,
-        seq_lens=num_computed_tokens + num_scheduled_tokens, num_computed_tokens=num_computed_tokens,
-        max_query_len=int(num_scheduled_tokens.max()) if len(rows) else 0, num_tokens=num_tokens)
+        positions=positions, token_indices=token_indices, input_ids=input_ids, block_numbers=block_numbers,
+        slot_mapping=slot_mapping, query_start_loc=query_start_loc,
+        seq_lens=num_computed_tokens + num_scheduled_tokens, num_tokens=num_tokens)
 
 
 class InputBatch:

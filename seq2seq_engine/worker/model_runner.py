@@ -1,5 +1,4 @@
-"""Model runner: turns a step's SequenceGroupMetadata list into model inputs and attention metadata
-(vectorised over tokens), runs the model, and samples the next tokens."""
+"""Model runner: a step's metadata to vectorised model inputs and attention metadata, the model, the sampler."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +19,7 @@ from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_fl
 from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ModelInput:
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -99,9 +98,9 @@ class ModelRunner:
                 scheduled.sample_seq_ids.append([i for i, _ in items] if group.is_prompt else [seq_id])
                 scheduled.do_sample.append(group.do_sample)
                 scheduled.num_prefills += int(group.is_prompt)
-                if group.is_encoder_decoder():
+                if group.encoder_len > 0:
                     scheduled.cross_tables.append(group.cross_block_table)
-                    scheduled.encoder_lens.append(group.encoder_seq_data.get_len())
+                    scheduled.encoder_lens.append(group.encoder_len)
         return scheduled
 
     def _self_metadata(self, flat: FlatInputs, scheduled: _Scheduled) -> SelfAttentionMetadata:
@@ -158,29 +157,30 @@ class ModelRunner:
                                    np.asarray(scheduled.num_computed, dtype=np.int64),
                                    np.asarray(scheduled.num_scheduled, dtype=np.int64),
                                    self.input_batch.token_ids, self.input_batch.block_table, self.block_size)
-        num_prefill_tokens = int(flat.query_start_loc[scheduled.num_prefills])
+        num_prefills = scheduled.num_prefills
+        num_prefill_tokens = int(flat.query_start_loc[num_prefills])
         encoder_md, cross_md = self._encoder_and_cross_metadata(scheduled)
         attn_metadata = AttentionMetadata(
-            num_prefills=scheduled.num_prefills, num_prefill_tokens=num_prefill_tokens,
+            num_prefills=num_prefills, num_prefill_tokens=num_prefill_tokens,
             num_decode_tokens=flat.num_tokens - num_prefill_tokens,
             self_attn=self._self_metadata(flat, scheduled), encoder=encoder_md, cross=cross_md)
         num_samples = [len(ids) if keep else 0 for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample)]
         selected = np.repeat(flat.query_start_loc[1:] - 1, num_samples)
         sampled_seq_ids = [seq_id for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample) if keep
                            for seq_id in ids]
+        encoder_input_ids, encoder_positions, encoder_features = (
+            self._encoder_inputs(metadata_list) if encoder_md is not None else (None, None, None))
         model_input = ModelInput(
             input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
             sampled_seq_ids=sampled_seq_ids,
             sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
             logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
-            beam_rows=self._beam_rows(metadata_list))
-        num_prefills = scheduled.num_prefills
-        model_input.prompt_logprobs = self.prompt_logprobs.plan(
-            [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
-            flat.query_start_loc[:num_prefills])
-        if encoder_md is not None:
-            self._add_encoder_inputs(model_input, metadata_list)
+            beam_rows=self._beam_rows(metadata_list), encoder_input_ids=encoder_input_ids,
+            encoder_positions=encoder_positions, encoder_features=encoder_features,
+            prompt_logprobs=self.prompt_logprobs.plan(
+                [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
+                flat.query_start_loc[:num_prefills]))
         return self._to_device(model_input)
 
     def _sampling_metadata(self, metadata_list: List[SequenceGroupMetadata]) -> SamplingMetadata:
@@ -222,30 +222,29 @@ class ModelRunner:
         return LogitsProcessorBatch.build(params, histories, self.eos_token_id, self.input_batch.max_model_len)
 
     @staticmethod
-    def _add_encoder_inputs(model_input: ModelInput, metadata_list: List[SequenceGroupMetadata]) -> None:
+    def _encoder_inputs(metadata_list: List[SequenceGroupMetadata]) -> Tuple[Optional[torch.Tensor], ...]:
+        """(encoder_input_ids, encoder_positions, encoder_features) of the step's prefills: the features of
+        audio requests, else the encoder tokens and their positions."""
         prefills = [group for group in metadata_list if group.is_prompt]
         features = [group.multi_modal_data.get("input_features") for group in prefills
                     if group.multi_modal_data]
         if features:
-            model_input.encoder_features = torch.stack([torch.as_tensor(f) for f in features])
-            return
+            return None, None, torch.stack([torch.as_tensor(f) for f in features])
         token_lists = [group.encoder_seq_data.prompt_token_ids for group in prefills]
-        model_input.encoder_input_ids = torch.tensor([t for tokens in token_lists for t in tokens],
-                                                     dtype=torch.long)
-        model_input.encoder_positions = torch.cat([torch.arange(len(tokens)) for tokens in token_lists])
+        return (torch.tensor([t for tokens in token_lists for t in tokens], dtype=torch.long),
+                torch.cat([torch.arange(len(tokens)) for tokens in token_lists]), None)
 
     def _to_device(self, model_input: ModelInput) -> ModelInput:
         if self.device.type == "cpu":
             return model_input
-        for field in ("input_ids", "positions", "selected_token_indices", "encoder_input_ids",
-                      "encoder_positions", "encoder_features"):
-            value = getattr(model_input, field)
-            if value is not None:
-                setattr(model_input, field, value.to(self.device, non_blocking=True))
+        names = ("input_ids", "positions", "selected_token_indices", "encoder_input_ids", "encoder_positions",
+                 "encoder_features")
+        moved = {name: getattr(model_input, name).to(self.device, non_blocking=True) for name in names
+                 if getattr(model_input, name) is not None}
         _metadata_to_device(model_input.attn_metadata, self.device)
         if model_input.prompt_logprobs is not None:
             model_input.prompt_logprobs.to(self.device)
-        return model_input
+        return dataclasses.replace(model_input, **moved)
 
     @torch.inference_mode()
     def execute_model(self, metadata_list: List[SequenceGroupMetadata],
@@ -261,8 +260,9 @@ class ModelRunner:
         scored = (compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states, self.model.compute_logits)
                   if model_input.prompt_logprobs is not None else None)
         if scored is not None:
-            sampler_output = sampler_output if sampler_output is not None else SamplerOutput.empty(self.device)
-            sampler_output.prompt_logprobs = scored
+            if sampler_output is None:
+                sampler_output = SamplerOutput.empty(self.device)
+            sampler_output = dataclasses.replace(sampler_output, prompt_logprobs=scored)
         return model_input.sampled_seq_ids, sampler_output
 
     def _sample(self, model_input: ModelInput, hidden_states: torch.Tensor) -> SamplerOutput:
@@ -275,11 +275,11 @@ class ModelRunner:
         if model_input.logits_processors is not None:
             logits = model_input.logits_processors(logits)
         sampler_output = self.sampler(logits, model_input.sampling_metadata)
-        if model_input.beam_rows is not None:
-            num_candidates = min(model_input.beam_rows[1], logits.shape[1])
-            sampler_output.beam_rows = model_input.beam_rows[0]
-            sampler_output.beam_logprobs, sampler_output.beam_token_ids = logits[beam_index].topk(num_candidates)
-        return sampler_output
+        if model_input.beam_rows is None:
+            return sampler_output
+        beam_logprobs, beam_token_ids = logits[beam_index].topk(min(model_input.beam_rows[1], logits.shape[1]))
+        return dataclasses.replace(sampler_output, beam_rows=model_input.beam_rows[0], beam_logprobs=beam_logprobs,
+                                   beam_token_ids=beam_token_ids)
 
 
 def _metadata_to_device(attn_metadata: AttentionMetadata, device: torch.device) -> None:

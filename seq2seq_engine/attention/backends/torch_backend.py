@@ -1,5 +1,4 @@
-"""The torch attention backend: prefill attention computed per block of the xformers bias with
-scaled_dot_product_attention (equal-shaped neighbouring blocks batched), decode through the paged kernels."""
+"""The torch attention backend: prefill by scaled_dot_product_attention per bias block, decode by paged kernels."""
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -92,35 +91,35 @@ class TorchAttentionBackend:
         self_md = metadata.self_attn
         if kv_cache is not None:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], self_md.slot_mapping)
-        num_prefill_tokens = metadata.num_prefill_tokens
-        if not metadata.num_prefills:  # a pure decode step: the kernel's output is the whole output
-            return paged_attention(query, kv_cache[0], kv_cache[1], self_md.decode_block_tables,
-                                   self_md.decode_seq_lens, scale, self_md.max_decode_seq_len)
-        output = torch.empty_like(query)
-        prefill_key, prefill_value = key[:num_prefill_tokens], value[:num_prefill_tokens]
+        prefill_key, prefill_value = key[:metadata.num_prefill_tokens], value[:metadata.num_prefill_tokens]
         if self_md.prefill_block_tables is not None:
             prefill_key, prefill_value = _gather_context(kv_cache, self_md.prefill_block_tables, self_md.prefill_bias)
-        output[:num_prefill_tokens] = self.prefill_attention(
-            query[:num_prefill_tokens], prefill_key, prefill_value, self_md.prefill_bias, scale)
-        if metadata.num_decode_tokens:
-            output[num_prefill_tokens:] = paged_attention(
-                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], self_md.decode_block_tables,
-                self_md.decode_seq_lens, scale, self_md.max_decode_seq_len)
-        return output
+        decode = (self_md.decode_block_tables, self_md.decode_seq_lens, self_md.max_decode_seq_len)
+        return self._prefill_and_decode(query, prefill_key, prefill_value, self_md.prefill_bias, kv_cache, decode,
+                                        metadata, scale)
 
     def _cross(self, query, key, value, kv_cache, metadata, scale):
         cross_md = metadata.cross
         if key is not None and kv_cache is not None:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], cross_md.cross_slot_mapping)
+        decode = (cross_md.decode_block_tables, cross_md.decode_encoder_lens, cross_md.max_decode_encoder_len)
+        return self._prefill_and_decode(query, key, value, cross_md.prefill_bias, kv_cache, decode, metadata, scale)
+
+    def _prefill_and_decode(self, query, prefill_key, prefill_value, prefill_bias, kv_cache: KVCache,
+                            decode: Tuple[torch.Tensor, torch.Tensor, int], metadata: AttentionMetadata,
+                            scale: float) -> torch.Tensor:
+        """Prefill tokens attend to prefill_key/value under prefill_bias; decode tokens read the paged cache
+        through decode = (block tables, context lengths, longest context)."""
+        block_tables, context_lens, max_context_len = decode
         num_prefill_tokens = metadata.num_prefill_tokens
-        if not metadata.num_prefills:
-            return paged_attention(query, kv_cache[0], kv_cache[1], cross_md.decode_block_tables,
-                                   cross_md.decode_encoder_lens, scale, cross_md.max_decode_encoder_len)
+        if not metadata.num_prefills:  # a pure decode step: the kernel's output is the whole output
+            return paged_attention(query, kv_cache[0], kv_cache[1], block_tables, context_lens, scale,
+                                   max_context_len)
         output = torch.empty_like(query)
         output[:num_prefill_tokens] = self.prefill_attention(
-            query[:num_prefill_tokens], key, value, cross_md.prefill_bias, scale)
+            query[:num_prefill_tokens], prefill_key, prefill_value, prefill_bias, scale)
         if metadata.num_decode_tokens:
             output[num_prefill_tokens:] = paged_attention(
-                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], cross_md.decode_block_tables,
-                cross_md.decode_encoder_lens, scale, cross_md.max_decode_encoder_len)
+                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], block_tables, context_lens, scale,
+                max_context_len)
         return output

@@ -20,18 +20,18 @@ from typing import Optional, Sequence
 
 import torch
 
+from seq2seq_engine.config import DTYPE_NAMES, torch_dtype
 from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
-                                             run_conversion_cli)
+                                                          run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
 from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
-                                                  write_fixed_tokenizer)
+                                                               write_fixed_tokenizer)
 from seq2seq_engine.model_loader.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
 
 logger = logging.getLogger(__name__)
 
 CONVERTER_VERSION = 1
 WHISPER_SPEC = "WhisperSpec"
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 __all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "CACHE_ENV", "main"]
 
@@ -46,6 +46,28 @@ def _ct2_config(ct2_dir: str) -> dict:
         raise ValueError(f"{ct2_dir!r} looks like an HF transformers directory (config.json has architectures), "
                          f"not a CTranslate2 one")
     return config
+
+
+def _generation_config(ct2_dir: str, ct2_config: dict, vocab, ids: dict, dims: dict, suppress: list,
+                       begin_suppress: list) -> dict:
+    """Contents of the converted model's generation_config.json."""
+    multilingual = dims["vocab_size"] >= 51865
+    alignment_heads = [[int(layer), int(head)] for layer, head in ct2_config.get("alignment_heads", [])]
+    generation = dict(
+        decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"],
+        suppress_tokens=suppress, begin_suppress_tokens=begin_suppress, max_length=dims["max_target_positions"],
+        no_timestamps_token_id=ids["notimestamps"], is_multilingual=multilingual, return_timestamps=False,
+        max_initial_timestamp_index=50, alignment_heads=alignment_heads)
+    if "startofprev" in ids:
+        generation["prev_sot_token_id"] = ids["startofprev"]
+    if multilingual:
+        generation["lang_to_id"] = language_tokens(vocab)
+        generation["task_to_id"] = {task: ids[task] for task in ("transcribe", "translate") if task in ids}
+        lang_ids = sorted(int(i) for i in ct2_config.get("lang_ids", []))
+        if lang_ids and lang_ids != sorted(generation["lang_to_id"].values()):
+            logger.warning("%s: config.json lang_ids differ from the tokenizer's language tokens; using the "
+                           "tokenizer's", ct2_dir)
+    return generation
 
 
 def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.float32,
@@ -70,7 +92,6 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
 
     vocab = read_vocab(ct2_dir)
     ids = special_ids(vocab)
-    multilingual = dims["vocab_size"] >= 51865
     os.makedirs(out_dir, exist_ok=True)
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     suppress = [int(i) for i in ct2_config.get("suppress_ids", [])]
@@ -83,21 +104,7 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     setattr(config, dtype_key, str(dtype).replace("torch.", ""))
     config.save_pretrained(out_dir)
 
-    alignment_heads = [[int(layer), int(head)] for layer, head in ct2_config.get("alignment_heads", [])]
-    generation = dict(
-        decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"],
-        suppress_tokens=suppress, begin_suppress_tokens=begin_suppress, max_length=dims["max_target_positions"],
-        no_timestamps_token_id=ids["notimestamps"], is_multilingual=multilingual, return_timestamps=False,
-        max_initial_timestamp_index=50, alignment_heads=alignment_heads)
-    if "startofprev" in ids:
-        generation["prev_sot_token_id"] = ids["startofprev"]
-    if multilingual:
-        generation["lang_to_id"] = language_tokens(vocab)
-        generation["task_to_id"] = {task: ids[task] for task in ("transcribe", "translate") if task in ids}
-        lang_ids = sorted(int(i) for i in ct2_config.get("lang_ids", []))
-        if lang_ids and lang_ids != sorted(generation["lang_to_id"].values()):
-            logger.warning("%s: config.json lang_ids differ from the tokenizer's language tokens; using the "
-                           "tokenizer's", ct2_dir)
+    generation = _generation_config(ct2_dir, ct2_config, vocab, ids, dims, suppress, begin_suppress)
     with open(os.path.join(out_dir, "generation_config.json"), "w", encoding="utf-8") as f:
         json.dump(generation, f, indent=2)
 
@@ -138,11 +145,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      description="Convert a CTranslate2 Whisper model directory to HF transformers.")
     parser.add_argument("ct2_dir", help="directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
     parser.add_argument("out_dir", help="output HF directory (created)")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32", help="weight dtype (default float32)")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="float32",
+                        help="weight dtype (default float32)")
     parser.add_argument("--model-file", action="append", default=None,
                         help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
     args = parser.parse_args(argv)
-    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=_DTYPES[args.dtype],
+    return run_conversion_cli(lambda: ct2_whisper_to_hf(args.ct2_dir, args.out_dir, dtype=torch_dtype(args.dtype),
                                                         model_files=args.model_file))
 
 

@@ -1,0 +1,156 @@
+"""The benchmark scripts' --quick modes: each runs in a subprocess, prints its table, and this engine at float32
+produces the same tokens (greedy and beam search) or transcripts as HF transformers on the same inputs."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+from conftest import require_model, require_speech_clips
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CT2 = importlib.util.find_spec("ctranslate2") is not None
+
+
+def run_script(name: str, *args: str) -> str:
+    """The script's stdout; it must exit 0 and report no failed engine."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", "--threads", "1",
+                             *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAILED" not in result.stdout, result.stdout
+    return result.stdout
+
+
+def parse_tables(stdout: str) -> List[List[Dict[str, str]]]:
+    """Every markdown table in the output, as rows of {column: cell}."""
+    tables, lines = [], stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| engine |") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+            rows = []
+            for row_line in lines[i + 2:]:
+                if not row_line.startswith("| "):
+                    break
+                rows.append(dict(zip(header, (cell.strip() for cell in row_line.strip("|").split("|")))))
+            tables.append(rows)
+    return tables
+
+
+def row(table: List[Dict[str, str]], engine: str, dtype: str) -> Dict[str, str]:
+    matches = [r for r in table if r["engine"] == engine and r["dtype"] == dtype]
+    assert len(matches) == 1, table
+    return matches[0]
+
+
+def check_table(table: List[Dict[str, str]], expected: List[tuple]) -> None:
+    """One row per engine run, positive timings and memory, ratios on our rows only."""
+    assert [(r["engine"], r["dtype"]) for r in table] == expected
+    for r in table:
+        assert float(r["wall s"]) > 0 and float(r["process peak RSS MiB"]) >= float(r["RSS after load MiB"]) > 100
+    ours_fp32 = row(table, "ours", "float32")
+    assert ours_fp32["same as ours-float32"] == "100%"
+    assert ours_fp32["vs hf-float32"].endswith("x") and row(table, "hf", "float32")["vs hf-float32"] == ""
+
+
+def expected_rows(ours_dtypes=("float32", "bfloat16"), peers=(("hf", "float32"),)) -> List[tuple]:
+    ct2 = [("ct2", "float32"), ("ct2", "int8")] if CT2 else []
+    return [("ours", d) for d in ours_dtypes] + list(peers) + ct2
+
+
+@pytest.mark.parametrize("workload", ["bart", "smollm2"])
+def test_throughput_quick_greedy(workload):
+    if workload == "smollm2":
+        require_model("smollm2-135m")
+    stdout = run_script("throughput.py", "--workload", workload)
+    (table,) = parse_tables(stdout)
+    check_table(table, expected_rows())
+    hf = row(table, "hf", "float32")
+    assert (hf["same as ours-float32"], hf["common prefix"]) == ("100%", "100.0%")
+    assert "every engine produced exactly the target length for every request" in stdout
+    # Every engine generated the same number of tokens (the forced lengths).
+    assert len({r["gen tokens"] for r in table}) == 1
+    if not CT2:
+        assert "ctranslate2 is not installed, skipped" in stdout
+
+
+def test_throughput_quick_beam_search_bart():
+    stdout = run_script("throughput.py", "--workload", "bart", "--beam", "4", "--engines", "ours,hf",
+                        "--ours-dtypes", "float32")
+    (table,) = parse_tables(stdout)
+    assert "### bart (beam 4)" in stdout
+    check_table(table, [("ours", "float32"), ("hf", "float32")])
+    assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
+    assert "every engine produced exactly the target length for every request" in stdout
+
+
+def test_transcribe_quick_greedy():
+    require_model("whisper-tiny.en")
+    require_speech_clips()
+    stdout = run_script("transcribe.py")
+    (table,) = parse_tables(stdout)
+    check_table(table, expected_rows())
+    assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
+    assert {r["clips"] for r in table} == {"4"}
+
+
+def test_vad_backends_quick_agree_with_the_modules_own_forward():
+    if importlib.util.find_spec("pytest_audioeval") is None:
+        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    (table,) = parse_tables(run_script("vad_backends.py"))
+    expected = ["jit-frames", "jit-batched"] + (["onnx-frames", "onnx-blocks"] if importlib.util.find_spec(
+        "onnxruntime") else [])
+    assert [r["engine"] for r in table] == expected
+    for r in table:
+        assert float(r["wall s"]) > 0 and r["flips at 0.5"] == "0" and r["same regions"] == "yes"
+        assert float(r["max abs diff vs jit-frames"]) < 1e-4
+
+
+def test_step_times_quick_reports_prefill_and_decode_steps():
+    require_model("smollm2-135m")
+    stdout = run_script("step_times.py")
+    prefill = re.search(r"prefill step: ([0-9.]+) s", stdout)
+    decode = re.search(r"decode steps: median ([0-9.]+) ms, min ([0-9.]+), max ([0-9.]+) over (\d+) steps", stdout)
+    assert prefill and decode, stdout
+    assert float(prefill.group(1)) > 0 and int(decode.group(4)) == 3
+    assert 0 < float(decode.group(2)) <= float(decode.group(1)) <= float(decode.group(3))
+
+
+def test_matmul_floor_step_plan_packs_prompts_then_decodes_live_requests():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from matmul_floor import step_plan
+    # prompts of 3 and 4 tokens fit a budget of 8 together, the 5-token one does not; requests want 2, 3, 1 tokens.
+    # Decode step g (token g+1) runs the requests wanting more than g tokens, each reading prompt + g cached tokens.
+    plan = step_plan([[7] * 3, [7] * 4, [7] * 5], [2, 3, 1], budget=8)
+    assert plan == [(7, 2, 0), (5, 1, 0), (2, 2, (3 + 1) + (4 + 1)), (1, 1, 4 + 2)]
+    assert step_plan([[7] * 9], [1], budget=8) == [(9, 1, 0)]  # a prompt longer than the budget still runs alone
+
+
+def test_matmul_floor_quick_reports_every_engine():
+    require_model("smollm2-135m")
+    stdout = run_script("matmul_floor.py", "--rounds", "2")
+    (table,) = parse_tables(stdout)
+    walls = {r["engine"]: float(r["wall s (best)"]) for r in table}
+    for r in table:  # two interleaved rounds: two timed runs per engine, the faster one reported
+        runs = [float(w) for w in r["every timed run"].split(" / ")]
+        assert len(runs) == 2 and min(runs) == float(r["wall s (best)"]), table
+    assert re.search(r"running floor \(round 1/2\) .*running hf \(round 1/2\) .*running floor \(round 2/2\)",
+                     stdout, re.S), stdout
+    assert set(walls) == {"floor", "floor-kv", "hf", "ours"}, table
+    assert min(walls.values()) > 0
+    for name in ("floor", "floor-kv"):  # one prefill step and 15 decode steps, as the engine runs them
+        assert re.search(name + r": 16 steps, prefill [0-9.]+ s, decode [0-9.]+ s", stdout), stdout
+        ratio = re.search(f"HF / {name} = " + r"([0-9.]+)x", stdout)
+        assert ratio and abs(float(ratio.group(1)) - walls["hf"] / walls[name]) < 0.02, stdout
+    assert re.search(r"ours vs HF = [0-9.]+x; same tokens as HF: 100% of the requests", stdout), stdout
+
+
+def test_merge_runs_keeps_the_faster_run_every_wall_and_the_higher_peaks():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from common import EngineRun, merge_runs
+    first = EngineRun("ours", "float32", 3.0, [[1]], 100.0, 200.0, 300.0, walls=[3.0, 3.5])
+    second = EngineRun("ours", "float32", 2.5, [[2]], 110.0, 150.0, 320.0, walls=[2.5])
+    merged = merge_runs(merge_runs(None, first), second)
+    assert (merged.wall, merged.outputs, merged.walls) == (2.5, [[2]], [3.0, 3.5, 2.5])
+    assert (merged.run_peak_rss_mib, merged.peak_rss_mib) == (200.0, 320.0)

@@ -1,0 +1,75 @@
+"""CPU memory tuning: glibc mallopt settings and the default per-step token budget on the CPU."""
+import ctypes
+import ctypes.util
+import subprocess
+import sys
+
+import pytest
+from transformers import BartConfig, LlamaConfig, WhisperConfig
+
+from seq2seq_engine.platforms.cpu_memory import (DEFAULT_MAX_BATCHED_TOKENS, MALLOC_ENV, MMAP_THRESHOLD_MAX,
+                                                 cpu_max_batched_tokens, widest_activation)
+from seq2seq_engine.engine.arg_utils import EngineArgs
+
+CONFIGS = {
+    "bart-base": BartConfig(d_model=768, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
+    "whisper-base": WhisperConfig(d_model=512, encoder_ffn_dim=2048, decoder_ffn_dim=2048),
+    "smollm2": LlamaConfig(hidden_size=576, intermediate_size=1536),
+}
+
+
+def test_widest_activation_reads_each_family_width():
+    assert widest_activation(CONFIGS["bart-base"]) == 3072
+    assert widest_activation(CONFIGS["whisper-base"]) == 2048
+    assert widest_activation(CONFIGS["smollm2"]) == 2 * 1536  # fused gate/up output
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("longest_prefill", [10, 2048, 20000])
+def test_cpu_budget_fits_the_mmap_threshold_or_the_longest_prefill(name, longest_prefill):
+    config = CONFIGS[name]
+    budget = cpu_max_batched_tokens(config, longest_prefill)
+    assert budget >= longest_prefill
+    assert budget <= max(DEFAULT_MAX_BATCHED_TOKENS, longest_prefill)
+    if budget > longest_prefill:  # limited by memory: the widest float32 activation fits, one more token would not
+        width_bytes = 4 * widest_activation(config)
+        assert budget * width_bytes <= MMAP_THRESHOLD_MAX or budget == DEFAULT_MAX_BATCHED_TOKENS
+        assert (budget + 1) * width_bytes > MMAP_THRESHOLD_MAX or budget == DEFAULT_MAX_BATCHED_TOKENS
+
+
+def test_engine_args_default_budget_depends_on_the_device(tmp_path):
+    config = CONFIGS["bart-base"]
+    config.save_pretrained(tmp_path)
+    cpu = EngineArgs(model=str(tmp_path), device="cpu", skip_tokenizer_init=True).create_engine_config(config)
+    longest = cpu.model_config.max_model_len + cpu.model_config.max_encoder_len
+    assert cpu.scheduler_config.max_num_batched_tokens == cpu_max_batched_tokens(config, longest)
+    assert cpu.scheduler_config.max_num_batched_tokens < DEFAULT_MAX_BATCHED_TOKENS
+    explicit = EngineArgs(model=str(tmp_path), device="cpu", skip_tokenizer_init=True,
+                          max_num_batched_tokens=5000).create_engine_config(config)
+    assert explicit.scheduler_config.max_num_batched_tokens == 5000
+
+
+_PROBE = """
+import ctypes, ctypes.util, sys
+from seq2seq_engine.platforms.cpu_memory import tune_malloc
+applied = tune_malloc()
+# After tuning, a freed 20 MB block is reused in place (heap), instead of being unmapped and mapped again.
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+first = libc.malloc(20 << 20); libc.free(first); second = libc.malloc(20 << 20); libc.free(second)
+print(applied, first == second)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+@pytest.mark.parametrize("setting,expected", [(None, "True True"), ("0", "False")])
+def test_tune_malloc_applies_unless_disabled(setting, expected, monkeypatch):
+    if setting is None:
+        monkeypatch.delenv(MALLOC_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MALLOC_ENV, setting)
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True).stdout.split()
+    assert " ".join(out[: len(expected.split())]) == expected
+    assert ctypes.util.find_library("c")
