@@ -5,9 +5,11 @@
 
 How it runs (the engine is driven directly with add_request/step, so progress can be reported per window):
 
-* Inputs are loaded lazily, in order, as the engine has room (`max_in_flight` requests at a time), split into
-  30 s windows (the encoder's span) and each window becomes one request whose log-mel features are computed at
-  admission. An input that cannot be read (AudioError) gets a result with `.error` set; the others go on.
+* Inputs are read lazily, in order, as the engine has room (`max_in_flight` requests at a time): each is a stream
+  of 30 s windows (the encoder's span; audio/stream.py decodes only as far as the windows taken need) and each
+  window becomes one request whose log-mel features are computed at admission; a window's samples are dropped once
+  it is decoded, so memory holds the windows in flight, not whole inputs. An input that cannot be read
+  (AudioError, also when found part way through) gets a result with `.error` set; the others go on.
 * Language: given, or detected per input on its first (non-silent) window with a 1-token request (see
   language.py); the input's windows are queued when its detection finishes. English-only models use "en".
 * Throughput mode (default): all windows of all inputs are independent requests. Sequential mode
@@ -17,6 +19,7 @@ How it runs (the engine is driven directly with add_request/step, so progress ca
   and decodes greedily (or with beam search, `beam_width` > 1: BeamSearchParams with the same processors, which
   then act on log-prob rows as in HF), so a window's tokens equal transformers' `generate(num_beams=...)` on it.
 * Results are stitched per input (segments.py): timestamps shifted by each window's offset, texts joined.
+  `iter_transcribe` yields each input's result as soon as it finishes; `transcribe` returns them all in order.
   The per-input and per-window bookkeeping and the model facts (tokens, window length, features) are in
   work_items.py.
 """
@@ -26,22 +29,22 @@ import collections
 import itertools
 import logging
 import uuid
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
-from tqdm.auto import tqdm
 
-from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent, load_audio, split_into_windows
+from seq2seq_engine.audio import AudioError
+from seq2seq_engine.audio.stream import iter_windows
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.processors import whisper_processors
+from seq2seq_engine.transcription.progress import audio_progress
 from seq2seq_engine.transcription.prompts import TASKS
 from seq2seq_engine.transcription.results import TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, stitch
 from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source, features_for,
-                                                      is_single_input, samples_hint, whisper_tokens_for,
-                                                      window_samples)
+                                                     is_single_input, samples_hint, whisper_tokens_for, window_samples)
 
 logger = logging.getLogger(__name__)
 
@@ -83,19 +86,34 @@ class _Transcription:
         self._pending_inputs: Iterator[InputState] = iter(self.inputs)
         self.queue: Deque[WindowTask] = collections.deque()
         self.in_flight: Dict[str, WindowTask] = {}
+        self.producers: List[InputState] = []  # inputs whose next windows are read as the queue runs dry
+        self.newly_finished: List[InputState] = []
         self._ids = itertools.count()
         self._prefix = f"{_REQUEST_PREFIX}-{uuid.uuid4().hex[:8]}-"
-        # Counted in samples (exact integers), shown in seconds.
-        self.progress = tqdm(total=sum(i.samples_hint for i in self.inputs), unit="s", unit_scale=1 / SAMPLE_RATE,
-                             desc="Transcribed audio", disable=not use_tqdm,
-                             bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]")
+        self.progress = audio_progress(sum(i.samples_hint for i in self.inputs), enabled=use_tqdm)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> List[TranscriptionResult]:
+        for _ in self._steps():
+            self.newly_finished.clear()
+        return [self._result(item) for item in self.inputs]
+
+    def iter_results(self) -> Iterator[Tuple[int, TranscriptionResult]]:
+        """(input index, result) for each input as soon as it finishes; its bookkeeping is dropped then."""
+        for _ in self._steps():
+            while self.newly_finished:
+                item = self.newly_finished.pop(0)
+                result = self._result(item)
+                item.done, item.windows = {}, []
+                yield item.index, result
+
+    def _steps(self) -> Iterator[None]:
+        """Drive the engine, pausing after each step (and at the end) for the inputs finished meanwhile."""
         try:
             while True:
                 self._fill()
                 if not self.in_flight:
+                    yield
                     break
                 for output in self.engine.step():
                     task = self.in_flight.get(output.request_id)
@@ -109,18 +127,23 @@ class _Transcription:
                         self._fail(task.owner, f"a request was ignored by the engine: {output.ignored_reason}")
                         continue
                     task.on_done(output)
+                yield
         except BaseException:
             if self.in_flight:
                 self.engine.abort_request(list(self.in_flight))
             raise
         finally:
             self.progress.close()
-        return [self._result(item) for item in self.inputs]
+            for item in self.inputs:
+                item.close_stream()
 
     def _fill(self) -> None:
         """Admit queued requests up to max_in_flight, loading more inputs when the queue runs dry."""
         while len(self.in_flight) < self.max_in_flight:
             if not self.queue:
+                if self.producers:
+                    self._produce(self.producers[0])
+                    continue
                 item = next(self._pending_inputs, None)
                 if item is None:
                     return
@@ -140,24 +163,48 @@ class _Transcription:
 
     # ------------------------------------------------------------------ per input
     def _start(self, item: InputState) -> None:
+        item.stream = iter_windows(item.source, self.window_samples)  # opened on the first read
+        item.language = self.language
+        if item.language is None:
+            first = self._first_speech_window(item)
+            if item.finished:
+                return
+            if first is not None:
+                self.queue.append(WindowTask(item, lambda: detection_prompt(self.tokens, self._features(first)),
+                                             detection_params(self.tokens), lambda out: self._detected(item, out)))
+                return
+        self._queue_windows(item)
+
+    def _first_speech_window(self, item: InputState) -> Optional[Window]:
+        """Read windows up to the first one that is not silent (silent ones are done at once)."""
+        while not item.finished:
+            window = self._read_window(item)
+            if window is None or not window.silent:
+                return window
+            self._window_done(item, window, [])
+        return None
+
+    def _read_window(self, item: InputState) -> Optional[Window]:
+        """The input's next window; None when all are read or reading failed (then the input failed)."""
         try:
-            audio = load_audio(item.source)
+            window = item.next_window(self.skip_silence)
         except (AudioError, ValueError, TypeError) as error:  # this input is unusable; the others go on
             self._fail(item, str(error))
-            return
-        item.duration = len(audio) / SAMPLE_RATE
-        self._adjust_total(len(audio) - item.samples_hint)
-        item.windows = [Window(k, start, chunk, self.skip_silence and is_silent(chunk))
-                        for k, (start, chunk) in enumerate(split_into_windows(
-                            audio, window_s=self.window_samples / SAMPLE_RATE))]
-        item.language = self.language
-        speech = [w for w in item.windows if not w.silent]
-        if item.language is None and speech:
-            first = speech[0]
-            self.queue.append(WindowTask(item, lambda: detection_prompt(self.tokens, self._features(first)),
-                                    detection_params(self.tokens), lambda out: self._detected(item, out)))
-            return
-        self._queue_windows(item)
+            return None
+        self.progress.add_total(item.recount())
+        return window
+
+    def _produce(self, item: InputState) -> None:
+        """Queue the producer's next window (throughput mode); a producer that is read out leaves the list."""
+        window = self._read_window(item) if not item.finished else None
+        if window is None:
+            if item in self.producers:  # a failed input has left already
+                self.producers.remove(item)
+            self._maybe_finish(item)
+        elif window.silent:
+            self._window_done(item, window, [])
+        else:
+            self.queue.append(self._window_task(item, window, previous=None))
 
     def _detected(self, item: InputState, output: Any) -> None:
         try:
@@ -168,24 +215,24 @@ class _Transcription:
         self._queue_windows(item)
 
     def _queue_windows(self, item: InputState) -> None:
-        """Queue the input's windows (all of them, or the first in sequential mode); silent ones finish at once."""
+        """Queue the input's windows read so far (or the first in sequential mode) and make it a producer of the
+        rest; silent ones finish at once."""
         if self.sequential:
             self._queue_next_sequential(item)
             return
         for window in item.windows:
-            if window.silent:
-                self._window_done(item, window, [])
-            else:
+            if window.index not in item.done:
                 self.queue.append(self._window_task(item, window, previous=None))
-        self._maybe_finish(item)
+        self.producers.append(item)
+        self.producers.sort(key=lambda producer: producer.index)  # earlier inputs first: they finish sooner
 
     def _queue_next_sequential(self, item: InputState) -> None:
         while not item.finished:
             k = len(item.done)
-            if k == len(item.windows):
+            window = item.windows[k] if k < len(item.windows) else self._read_window(item)
+            if window is None:
                 self._maybe_finish(item)
                 return
-            window = item.windows[k]
             if window.silent:
                 self._window_done(item, window, [])
                 continue
@@ -212,19 +259,22 @@ class _Transcription:
                 self._maybe_finish(item)
 
         return WindowTask(item, lambda: {"prompt_token_ids": prompt,
-                                    "multi_modal_data": {"input_features": self._features(window)}}, params, on_done)
+                                         "multi_modal_data": {"input_features": self._features(window)}}, params,
+                          on_done)
 
     def _features(self, window: Window) -> torch.Tensor:
         return features_for(self.engine, window.samples)
 
     def _window_done(self, item: InputState, window: Window, token_ids: List[int]) -> None:
         item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids)
-        self.progress.update(len(window.samples))
+        window.release()  # the audio is no longer needed
+        item.samples_progressed += window.num_samples
+        self.progress.update(window.num_samples)
 
     def _maybe_finish(self, item: InputState) -> None:
-        if not item.finished and len(item.done) == len(item.windows):
+        if not item.finished and item.all_read and len(item.done) == len(item.windows):
             item.finished = True
-            item.windows = []  # the audio is no longer needed
+            self.newly_finished.append(item)
 
     def _fail(self, item: InputState, message: str) -> None:
         if item.finished:
@@ -236,15 +286,12 @@ class _Transcription:
             for request_id in item.request_ids:
                 self.in_flight.pop(request_id, None)
             item.request_ids.clear()
-        remaining = sum(len(w.samples) for w in item.windows if w.index not in item.done)
-        self.progress.update(remaining if item.windows else item.samples_hint)
-        item.windows = []
+        self.progress.update(max(0, item.samples_counted - item.samples_progressed))
+        item.drop_audio()
+        if item in self.producers:
+            self.producers.remove(item)
+        self.newly_finished.append(item)
         logger.debug("transcription of %s failed: %s", item.name, message)
-
-    def _adjust_total(self, delta: int) -> None:
-        if delta and not self.progress.disable:
-            self.progress.total += delta
-            self.progress.refresh()
 
     def _result(self, item: InputState) -> TranscriptionResult:
         if item.error is not None:
@@ -267,7 +314,9 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
 
     llm: an `LLM` (or its `LLMEngine`) running a Whisper model with its tokenizer.
     audio: one input or a list; an input is a file path, raw file bytes, a 16 kHz mono array, or an
-        (array, sample_rate) tuple. Inputs that cannot be read give results with `.error` set.
+        (array, sample_rate) tuple. Files are any audio FFmpeg decodes (wav, flac, mp3, m4a/aac, ogg/opus,
+        webm, the audio track of mp4/mkv video, ...), read 30 s at a time as decoding proceeds. Inputs that
+        cannot be read give results with `.error` set.
     language: a code or name ("en", "German", "<|de|>"); None detects it per input on its first 30 s
         (multilingual models; English-only models always use "en").
     task: "transcribe" or "translate" (to English; multilingual models only).
@@ -279,14 +328,29 @@ def transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: st
         tokens fit the decoder's max_target_positions.
     use_tqdm: a progress bar over seconds of audio, advanced as windows finish.
     max_in_flight: most requests in the engine at once (default: the engine's max_num_seqs); inputs are
-        loaded and features computed only as requests are admitted.
+        decoded and features computed only as requests are admitted.
     skip_silence: windows whose level is below -60 dBFS are not decoded (no text), instead of letting
         Whisper hallucinate on silence.
     beam_width: 1 decodes greedily; more runs HF-style beam search per window (length_penalty 1, no early
         stopping, as `generate(num_beams=beam_width)`), the best hypothesis giving the text. Language
         detection stays a greedy 1-token request.
     """
+    return _transcription(llm, audio, language, task, timestamps, condition_on_previous_text, max_new_tokens,
+                          use_tqdm, max_in_flight, skip_silence, beam_width).run()
+
+
+def iter_transcribe(llm: Any, audio: Any, *, language: Optional[str] = None, task: str = "transcribe",
+                    timestamps: bool = False, condition_on_previous_text: bool = False,
+                    max_new_tokens: Optional[int] = None, use_tqdm: bool = True, max_in_flight: Optional[int] = None,
+                    skip_silence: bool = True, beam_width: int = 1) -> Iterator[Tuple[int, TranscriptionResult]]:
+    """As `transcribe`, but yields `(input index, result)` for each input as soon as it finishes (in the order they
+    finish), so a caller can write each result out while the others run. Stopping the iteration early aborts the
+    engine requests still running. Arguments are checked when it is called, before the first result."""
+    return _transcription(llm, audio, language, task, timestamps, condition_on_previous_text, max_new_tokens,
+                          use_tqdm, max_in_flight, skip_silence, beam_width).iter_results()
+
+
+def _transcription(llm: Any, audio: Any, *args: Any) -> _Transcription:
     engine = getattr(llm, "llm_engine", llm)
     sources = [audio] if is_single_input(audio) else list(audio)
-    return _Transcription(engine, sources, language, task, timestamps, condition_on_previous_text, max_new_tokens,
-                          use_tqdm, max_in_flight, skip_silence, beam_width).run()
+    return _Transcription(engine, sources, *args)

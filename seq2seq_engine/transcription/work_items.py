@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import torch
 
-from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, is_silent, log_mel_spectrogram
+from seq2seq_engine.audio.stream import samples_hint as file_samples_hint
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.prompts import WhisperTokens
@@ -40,12 +41,20 @@ def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- bookkeeping
+_NO_SAMPLES = np.zeros(0, np.float32)
+
+
 @dataclasses.dataclass
 class Window:
     index: int
     start_sample: int
     samples: np.ndarray
     silent: bool
+    num_samples: int = -1  # kept when the samples are released
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 0:
+            self.num_samples = len(self.samples)
 
     @property
     def offset(self) -> float:
@@ -53,7 +62,11 @@ class Window:
 
     @property
     def duration(self) -> float:
-        return len(self.samples) / SAMPLE_RATE
+        return self.num_samples / SAMPLE_RATE
+
+    def release(self) -> None:
+        """Drop the samples once the window is decoded (its length and offset stay)."""
+        self.samples = _NO_SAMPLES
 
 
 @dataclasses.dataclass
@@ -65,11 +78,50 @@ class InputState:
     language: Optional[str] = None
     language_probability: Optional[float] = None
     duration: float = 0.0
-    windows: List[Window] = dataclasses.field(default_factory=list)
+    windows: List[Window] = dataclasses.field(default_factory=list)  # read so far (released once decoded)
     done: Dict[int, WindowTokens] = dataclasses.field(default_factory=dict)
     request_ids: set = dataclasses.field(default_factory=set)
     error: Optional[str] = None
     finished: bool = False
+    stream: Optional[Iterator[np.ndarray]] = None  # the windows not read yet (audio.stream.iter_windows)
+    all_read: bool = False
+    samples_read: int = 0
+    samples_counted: int = 0  # of this input in the progress total
+    samples_progressed: int = 0
+
+    def __post_init__(self) -> None:
+        self.samples_counted = self.samples_hint
+
+    def next_window(self, skip_silence: bool) -> Optional[Window]:
+        """The next window from the input's stream (None once all are read); AudioError when decoding fails."""
+        samples = next(self.stream, None) if self.stream is not None else None
+        if samples is None:
+            self.all_read = True
+            self.close_stream()
+            return None
+        window = Window(len(self.windows), self.samples_read, samples, skip_silence and is_silent(samples))
+        self.windows.append(window)
+        self.samples_read += len(samples)
+        self.duration = self.samples_read / SAMPLE_RATE
+        return window
+
+    def recount(self) -> int:
+        """Update the samples the progress total counts for this input (its length once read, else at least the
+        hint or what was read); returns the change."""
+        samples = self.samples_read if self.all_read else max(self.samples_counted, self.samples_read)
+        delta, self.samples_counted = samples - self.samples_counted, samples
+        return delta
+
+    def close_stream(self) -> None:
+        if self.stream is not None:
+            self.stream.close()  # closes the decoder and its file
+            self.stream = None
+
+    def drop_audio(self) -> None:
+        """Close the stream and release the samples of the windows read (the input failed)."""
+        self.close_stream()
+        for window in self.windows:
+            window.release()
 
 
 @dataclasses.dataclass
@@ -96,13 +148,11 @@ def describe_source(source: Any, index: int) -> str:
 
 
 def samples_hint(source: Any) -> int:
-    """16 kHz samples of the input, known without decoding where cheap (file header, array length; resampled
-    lengths as load_audio makes them); 0 otherwise."""
+    """16 kHz samples of the input, known without decoding where cheap (file header or container metadata, array
+    length; resampled lengths as load_audio makes them); 0 otherwise."""
     try:
         if isinstance(source, (str, os.PathLike)):
-            import soundfile
-            info = soundfile.info(os.fspath(source))
-            return math.ceil(info.frames * SAMPLE_RATE / info.samplerate)
+            return file_samples_hint(source)
         if isinstance(source, tuple) and len(source) == 2:
             samples = np.asarray(source[0])
             return math.ceil(max(samples.shape) * SAMPLE_RATE / int(source[1]))
