@@ -31,6 +31,12 @@ class LLM:
         from seq2seq_engine.transcription import transcribe
         return transcribe(self, audio, options, **overrides)
 
+    def iter_transcribe(self, audio, options=None, **overrides):
+        """As `transcribe` (same `options` and overrides), but yields `(input index, TranscriptionResult)` for each
+        input as soon as it finishes."""
+        from seq2seq_engine.transcription import iter_transcribe
+        return iter_transcribe(self, audio, options, **overrides)
+
     def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, dict, Seq[Any]]] = None,
                  use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:
         """Generate for one prompt or a list; `sampling_params` is one object or one per prompt. With n/best_of > 1

@@ -17,7 +17,7 @@ from seq2seq_engine.transcription.decode_params import DecodePlan, attempt_seed,
 from seq2seq_engine.transcription.fallback import (Attempt, Thresholds, Verdict, average_logprob, best_sample,
                                                    compression_ratio, rank_score, verdict)
 from seq2seq_engine.transcription.options import resolve_options
-from seq2seq_engine.transcription.work_items import clip_windows
+from seq2seq_engine.transcription.window_source import clip_windows
 from test_transcription_units import EN, ts
 
 
