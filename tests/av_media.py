@@ -87,13 +87,13 @@ def video_only(path):
     return str(path)
 
 
-def speech_clip(name="quick_brown_fox"):
-    """(path, 16 kHz samples, reference text) of an English pytest-audioeval clip."""
+def speech_clip(name="quick_brown_fox", language="en"):
+    """(path, 16 kHz samples, reference text) of a pytest-audioeval clip (English unless `language` says)."""
     from seq2seq_engine.audio import load_audio
     spec = importlib.util.find_spec("pytest_audioeval")
     if spec is None:
         pytest.skip("pytest-audioeval (the speech clips) is not installed")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio", "en")
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio", language)
     path = glob.glob(os.path.join(folder, f"{name}.wav"))[0]
     with open(path[:-4] + ".txt", encoding="utf-8") as handle:
         return path, load_audio(path), handle.read().strip()
