@@ -19,17 +19,25 @@ if TYPE_CHECKING:
     from seq2seq_engine.transcription.vad_windows import TimeMap
 
 RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
+SCORE_FIELDS = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
 
 
 @dataclasses.dataclass
 class WindowTokens:
-    """What one window produced: its offset and length in the input (seconds) and its generated tokens
-    (without `<|endoftext|>`)."""
+    """What one window produced: its offset and length in the input (seconds), its tokens (without
+    `<|endoftext|>`) and, when it was decoded, the kept attempt's scores (see fallback.py)."""
 
     offset: float
     duration: float
     token_ids: List[int]
     time_map: Optional["TimeMap"] = None  # a window of speech regions (vad_filter): maps its times to the input's
+    temperature: Optional[float] = None
+    avg_logprob: Optional[float] = None
+    compression_ratio: Optional[float] = None
+    no_speech_prob: Optional[float] = None
+
+    def scores(self) -> dict:
+        return {name: getattr(self, name) for name in SCORE_FIELDS}
 
     def input_span(self, start: float, end: float) -> Tuple[float, float]:
         """The input's (start, end) of a segment `start`..`end` seconds into the window, rounded to the microsecond
@@ -84,13 +92,15 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(*window.input_span(start, end), text.strip()))
+                    segments.append(Segment(*window.input_span(start, end), text.strip(), **window.scores()))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
             if text.strip() and window.time_map is not None:
                 segments.append(Segment(window.time_map.to_original(0.0),
-                                        window.time_map.to_original(window.duration, is_end=True), text.strip()))
+                                        window.time_map.to_original(window.duration, is_end=True), text.strip(),
+                                        **window.scores()))
             elif text.strip():
-                segments.append(Segment(window.offset, window.offset + window.duration, text.strip()))
+                segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
+                                        **window.scores()))
     return "".join(pieces).strip(), segments
