@@ -72,8 +72,9 @@ def run_ours(job: WhisperJob, dtype: str) -> EngineRun:
     per_window = math.ceil(config.max_source_positions / 16) + job.beam * math.ceil((4 + MAX_NEW_TOKENS + 1) / 16)
     llm = LLM(job.hf_dir, dtype=dtype, num_gpu_blocks_override=int(windows * per_window * 1.1) + 16,
               swap_space_gb=0.01)
+    # temperature=0.0: one greedy (or beam) decoding per window, as the peers do; no fallback.
     kwargs = dict(language=job.language, task="transcribe", timestamps=False, use_tqdm=False,
-                  max_new_tokens=MAX_NEW_TOKENS, beam_width=job.beam)
+                  max_new_tokens=MAX_NEW_TOKENS, beam_width=job.beam, temperature=0.0)
 
     def run_once(clips: List[np.ndarray]) -> List[str]:
         results = llm.transcribe([(c, SAMPLE_RATE) for c in clips], **kwargs)

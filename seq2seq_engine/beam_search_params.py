@@ -3,7 +3,7 @@ of SamplingParams), validated at construction."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS, SamplingParams, _check_int
 
@@ -44,6 +44,8 @@ class BeamSearchParams:
     begin_suppress_tokens: Optional[List[int]] = None
     logit_bias: Optional[Dict[int, float]] = None
     allowed_token_ids: Optional[List[int]] = None
+    # As SamplingParams: fn(raw logits row) called once at each named decoder-prompt position.
+    prompt_logits_hooks: Optional[List[Tuple[int, Callable[[Any], None]]]] = None
 
     def __post_init__(self) -> None:
         _check_int("beam_width", self.beam_width, 1)
@@ -61,7 +63,7 @@ class BeamSearchParams:
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         # SamplingParams validates (and normalises: a str stop becomes a list, tuples lists) every shared field.
         sampling = self.to_sampling_params()
-        for name in ("min_tokens", "stop_token_ids", "stop") + LOGITS_PROCESSOR_FIELDS:
+        for name in ("min_tokens", "stop_token_ids", "stop", "prompt_logits_hooks") + LOGITS_PROCESSOR_FIELDS:
             setattr(self, name, getattr(sampling, name))
 
     def to_sampling_params(self) -> SamplingParams:
@@ -70,4 +72,5 @@ class BeamSearchParams:
         return SamplingParams(n=1, temperature=0.0, max_tokens=self.max_tokens, min_tokens=self.min_tokens,
                               stop_token_ids=self.stop_token_ids, stop=self.stop, ignore_eos=self.ignore_eos,
                               include_stop_str_in_output=self.include_stop_str_in_output,
+                              prompt_logits_hooks=self.prompt_logits_hooks,
                               **{name: getattr(self, name) for name in LOGITS_PROCESSOR_FIELDS})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 _SAMPLING_EPS = 1e-5
 
@@ -48,6 +48,12 @@ def _check_token_sequences(name: str, sequences) -> None:
         raise ValueError(f"{name} must be a list of non-empty lists of token ids, got {sequences!r}")
     for sequence in sequences:
         _check_token_ids(name, sequence)
+
+
+def _check_prompt_logits_hooks(hooks) -> None:
+    if not isinstance(hooks, list) or any(
+            not isinstance(h, tuple) or len(h) != 2 or not _is_token_id(h[0]) or not callable(h[1]) for h in hooks):
+        raise ValueError(f"prompt_logits_hooks must be a list of (position >= 0, fn(logits_row)) pairs, got {hooks!r}")
 
 
 def _check_logit_bias(logit_bias) -> None:
@@ -103,6 +109,9 @@ class SamplingParams:
     begin_suppress_tokens: Optional[List[int]] = None  # not sampled as the first generated token
     logit_bias: Optional[Dict[int, float]] = None     # OpenAI/vLLM: added to the token's logit
     allowed_token_ids: Optional[List[int]] = None     # vLLM: every other token is masked
+    # (position, fn) pairs: fn(logits_row) is called once, while the decoder prompt is prefilled, with the raw logits
+    # [vocab] at that decoder-prompt position (the distribution of the token after it; no logits processors).
+    prompt_logits_hooks: Optional[List[Tuple[int, Callable[[Any], None]]]] = None
     # Filled by the engine from `bad_words` and its tokenizer (one clone per request); not for users.
     _bad_words_token_ids: Optional[List[List[int]]] = dataclasses.field(default=None, repr=False)
 
@@ -117,6 +126,9 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, (tuple, list)):
                 setattr(self, name, [list(v) if isinstance(v, (tuple, list)) else v for v in value])
+        if isinstance(self.prompt_logits_hooks, (tuple, list)):
+            self.prompt_logits_hooks = [tuple(h) if isinstance(h, (tuple, list)) else h
+                                        for h in self.prompt_logits_hooks]
         if self.logit_bias is not None and isinstance(self.logit_bias, dict):
             self.logit_bias = dict(self.logit_bias)
         self._validate()
@@ -170,6 +182,8 @@ class SamplingParams:
                 _check_token_ids(name, getattr(self, name))
         if self.logit_bias is not None:
             _check_logit_bias(self.logit_bias)
+        if self.prompt_logits_hooks is not None:
+            _check_prompt_logits_hooks(self.prompt_logits_hooks)
         if self.allowed_token_ids is not None:
             _check_token_ids("allowed_token_ids", self.allowed_token_ids, allow_empty=False)
             for name in ("forced_bos_token_id", "forced_eos_token_id"):

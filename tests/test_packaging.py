@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ["kernels", "models", "core", "worker", "attention", "sampling", "entrypoints", "inputs"]
+SUBPACKAGES = ["kernels", "models", "core", "worker", "attention", "sampling", "entrypoints", "inputs", "engine",
+               "audio", "transcription", "model_loader", "model_loader.ct2", "model_loader.gguf", "platforms",
+               "tokenization"]
 _NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis",
                                       ".pytest_cache")
 
@@ -29,6 +31,7 @@ def test_wheel_maps_kernels_and_models_into_the_package(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("seq2seq_engine/kernels/__init__.py", "seq2seq_engine/models/__init__.py",
                      "seq2seq_engine/core/scheduler.py", "seq2seq_engine/inputs/data.py",
+                     "seq2seq_engine/model_loader/ct2/model_bin.py", "seq2seq_engine/model_loader/gguf/llama.py",
                      "seq2seq_engine/kernels/csrc/paged_attention_cpu.c"):  # the native kernel's source
         assert expected in names
     top_level = {name.split("/", 1)[0] for name in names}

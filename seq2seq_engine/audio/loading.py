@@ -2,8 +2,10 @@
 
 Choices (documented because they affect numerics):
 
-* Files are decoded with ``soundfile`` (libsndfile: WAV, FLAC, OGG/Vorbis, MP3, ...),
-  always as float32, so integer PCM comes back scaled to [-1, 1).
+* Files are decoded with ``soundfile`` (libsndfile: WAV, FLAC, AIFF, OGG Vorbis/Opus, ...),
+  always as float32, so integer PCM comes back scaled to [-1, 1).  MP3 and what libsndfile cannot read (m4a/aac,
+  webm, mp4/mkv audio tracks, ...) are decoded by FFmpeg through PyAV (``av_decode.py``): libsndfile's MP3 samples
+  depend on the size of its reads (block reads of 1000 frames came back corrupt), so it cannot stream them.
 * Multi-channel audio is down-mixed by averaging the channels.
 * Resampling uses ``soxr`` with quality ``"HQ"`` (``soxr_hq``) and the output is padded or
   trimmed to ``ceil(n * target_sr / source_sr)`` samples.  This is exactly what
@@ -23,6 +25,11 @@ from typing import Any
 import numpy as np
 
 SAMPLE_RATE = 16000
+
+# libsndfile formats decoded by FFmpeg instead (see the module docstring), and the file extensions that name them
+# (libsndfile is not asked about those at all: its MPEG decoder prints to stderr on a bad file).
+_FFMPEG_FORMATS = frozenset({"MP3"})
+FFMPEG_EXTENSIONS = frozenset({".mp3", ".mp2", ".mpga"})
 
 # Full-scale divisors for integer PCM arrays.
 _INT_SCALE = {np.dtype(np.int8): 2.0**7, np.dtype(np.int16): 2.0**15, np.dtype(np.int32): 2.0**31}
@@ -96,34 +103,64 @@ def resample(audio: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> n
     return out[:n_out]
 
 
-def _read_file(source: Any, name: str) -> tuple[np.ndarray, int]:
-    import soundfile as sf
-
+def _check_path(source: Any, name: str) -> None:
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
             raise AudioError(f"{name}: file not found")
         if os.path.isdir(path):
             raise AudioError(f"{name}: is a directory, not an audio file")
-    elif isinstance(source, (bytes, bytearray)):
+        if os.path.getsize(path) == 0:
+            raise AudioError(f"{name}: cannot decode audio file: it is empty (0 bytes)")
+    elif isinstance(source, (bytes, bytearray)) and not source:
+        raise AudioError(f"{name}: cannot decode audio file: it is empty (0 bytes)")
+
+
+def open_soundfile(source: Any, name: str) -> Any:
+    """An open ``soundfile.SoundFile`` for a path, bytes or file object, or None when libsndfile cannot read it or
+    it is MP3 (then FFmpeg decodes it; a file object is rewound first). A missing path or a directory raises
+    AudioError."""
+    import soundfile as sf
+
+    _check_path(source, name)
+    if isinstance(source, (str, os.PathLike)) and os.path.splitext(os.fspath(source))[1].lower() in FFMPEG_EXTENSIONS:
+        return None
+    if isinstance(source, (bytes, bytearray)):
         source = io.BytesIO(bytes(source))
     try:
-        with sf.SoundFile(source) as f:
-            sr = int(f.samplerate)
-            data = f.read(dtype="float32", always_2d=True)
-    except AudioError:
-        raise
-    except Exception as e:  # sf.LibsndfileError, RuntimeError, TypeError for odd file objects
+        handle = sf.SoundFile(source)
+    except Exception:  # sf.LibsndfileError (format not recognised, ...), RuntimeError, TypeError for odd objects
+        handle = None
+    if handle is not None and handle.format in _FFMPEG_FORMATS:
+        handle.close()
+        handle = None
+    if handle is None and hasattr(source, "seek"):
+        source.seek(0)
+    return handle
+
+
+def _read_file(source: Any, name: str, target_sr: int) -> tuple[np.ndarray, int]:
+    """(frames x channels float32, sample rate): libsndfile for the formats it reads (WAV, FLAC, OGG, ...), else
+    FFmpeg via PyAV (MP3, m4a/aac, webm, mp4/mkv audio, ...), which returns mono at ``target_sr``."""
+    handle = open_soundfile(source, name)
+    if handle is None:
+        from .av_decode import decode_av
+
+        return decode_av(source, name, target_sr)[:, None], target_sr
+    try:
+        with handle as f:
+            return f.read(dtype="float32", always_2d=True), int(f.samplerate)
+    except Exception as e:  # a read error after a good header
         msg = str(e).strip() or type(e).__name__
         raise AudioError(f"{name}: cannot decode audio file (corrupt or unsupported format): {msg}") from e
-    return data, sr
 
 
 def load_audio(source: Any, target_sr: int = SAMPLE_RATE, *, channels_first: bool | None = None) -> np.ndarray:
     """Load audio as a contiguous 1-D float32 array at ``target_sr`` (mono).
 
     ``source`` may be:
-      * a path (``str``/``PathLike``), raw file ``bytes`` or a binary file object — decoded with soundfile;
+      * a path (``str``/``PathLike``), raw file ``bytes`` or a binary file object — decoded with soundfile,
+        or with PyAV (FFmpeg) when soundfile cannot read it;
       * a ``(array, sample_rate)`` tuple — resampled from ``sample_rate``;
       * a 1-D/2-D ``np.ndarray`` (or torch tensor / list) — assumed to be at ``target_sr`` already.
     2-D arrays are down-mixed; the channel axis is the shorter one unless ``channels_first`` says.
@@ -147,7 +184,7 @@ def load_audio(source: Any, target_sr: int = SAMPLE_RATE, *, channels_first: boo
     if isinstance(source, (str, os.PathLike, bytes, bytearray)) or hasattr(source, "read"):
         if sr != target_sr:
             raise AudioError(f"{name}: a sample rate cannot be given with a file; it is read from the file")
-        data, sr = _read_file(source, name)
+        data, sr = _read_file(source, name, target_sr)
         if data.shape[0] == 0 or data.shape[1] == 0:
             raise AudioError(f"{name}: audio file contains no samples")
         arr = _to_float32(data, name)  # soundfile can decode NaNs from float WAVs
@@ -194,7 +231,7 @@ def split_into_windows(
     out = []
     start = 0
     while start < n:
-        out.append((start, audio[start : start + win]))
+        out.append((start, audio[start:start + win]))
         if start + win >= n:
             break
         start += stride

@@ -135,6 +135,10 @@ class LLMEngine:
         if inputs is None:
             inputs = self.input_preprocessor.preprocess(prompt, params)
         inputs = self._audio_to_features(inputs)
+        prompt_len = len(inputs.decoder.prompt_token_ids)
+        if any(position >= prompt_len for position, _ in params.prompt_logits_hooks or []):
+            raise ValueError(f"prompt_logits_hooks name positions {[p for p, _ in params.prompt_logits_hooks]}; the "
+                             f"decoder prompt has {prompt_len} tokens (positions 0 to {prompt_len - 1})")
         eos, block_size = self.model_config.eos_token_id, self.cache_config.block_size
         decoder_seqs = [Sequence(next(self._seq_ids), inputs.decoder, block_size, eos) for _ in range(params.best_of)]
         encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, block_size)

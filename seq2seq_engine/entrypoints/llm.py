@@ -23,13 +23,19 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
-    def transcribe(self, audio, **kwargs):
+    def transcribe(self, audio, options=None, **overrides):
         """Transcribe (or translate) audio with a Whisper model: one TranscriptionResult per input, in input order.
-        Keyword arguments: see seq2seq_engine.transcription.transcribe (language, task, timestamps,
-        condition_on_previous_text, max_new_tokens, use_tqdm, max_in_flight, skip_silence, beam_width, vad_filter,
-        vad_parameters, word_timestamps)."""
+        `options` is a TranscriptionOptions; keyword overrides replace its fields (language, task, timestamps,
+        temperature, beam_width, initial_prompt, clip_timestamps, vad_filter, word_timestamps, ...): see
+        seq2seq_engine.transcription.transcribe."""
         from seq2seq_engine.transcription import transcribe
-        return transcribe(self, audio, **kwargs)
+        return transcribe(self, audio, options, **overrides)
+
+    def iter_transcribe(self, audio, options=None, **overrides):
+        """As `transcribe` (same `options` and overrides), but yields `(input index, TranscriptionResult)` for each
+        input as soon as it finishes."""
+        from seq2seq_engine.transcription import iter_transcribe
+        return iter_transcribe(self, audio, options, **overrides)
 
     def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, dict, Seq[Any]]] = None,
                  use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:

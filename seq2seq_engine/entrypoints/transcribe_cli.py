@@ -1,11 +1,17 @@
-"""`seq2seq-engine transcribe AUDIO... --model whisper-tiny.en [--language de] [--task translate] [--timestamps]
-[--vad-filter [--vad-threshold 0.5 --vad-min-silence-ms 2000 ...]] [--word-timestamps [--max-words-per-line N]]
-[--output-format txt|json|srt|vtt] [--output-dir DIR]`.
+"""`seq2seq-engine transcribe AUDIO|DIR... --model whisper-tiny.en [--recursive] [--language de] [--task translate]
+[--timestamps] [--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter
+[--vad-threshold 0.5 ...]] [--word-timestamps [--max-words-per-line N]] [--output-format txt|json|srt|vtt]
+[--output-dir OUT [--overwrite]]`.
 
-With --output-dir, one file per input (`<input stem>.<format>`; a clashing stem gets `-<n>` added). Without it,
-txt prints one line per input to stdout (an empty line for a failed input, so lines match inputs), json prints
-one JSON object per line, and srt/vtt print the subtitles of a single input. Failures are reported on stderr;
-the exit status is 1 when any input failed (the others are still written), 2 for a usage or model error.
+AUDIO is any file FFmpeg decodes (wav, flac, mp3, m4a/aac, ogg/opus, webm, mp4/mkv video's audio, ...); a DIR
+contributes its audio files by extension (AUDIO_EXTENSIONS in audio_files.py; subfolders too with --recursive).
+With --output-dir, one file per input, written as soon as that input finishes (temporary file + rename): a file
+given by name writes `OUT/<stem>.<format>`, a folder's files mirror their path under it (`DIR/a/x.mp3` ->
+`OUT/a/x.<format>`); a clashing name gets `-<n>` added. Inputs whose output exists already are skipped (a resumed
+run), unless --overwrite. Without --output-dir, txt prints one line per input to stdout (an empty line for a
+failed input, so lines match inputs), json prints one JSON object per line, and srt/vtt print the subtitles of a
+single input. Failures are reported on stderr at the end; the exit status is 1 when any input failed (the others
+are still written), 2 for a usage or model error.
 """
 from __future__ import annotations
 
@@ -13,8 +19,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, List, Optional, Sequence, TextIO
+from typing import Any, Callable, List, Optional, Sequence, TextIO
 
+from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
+from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments,
+                                                         add_word_arguments, options_from_args)
+from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
+from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
@@ -29,7 +40,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("audio", nargs="+", metavar="AUDIO", help="audio files (wav, flac, ogg, mp3, ...)")
+    parser.add_argument("audio", nargs="+", metavar="AUDIO",
+                        help="audio or video files (wav, flac, mp3, m4a, ogg, opus, webm, mp4, mkv, ...) or folders "
+                             "of them")
+    parser.add_argument("--recursive", action="store_true", help="take the audio files in subfolders of a folder too")
     parser.add_argument("--model", default="whisper-tiny.en",
                         help="HF model directory, CTranslate2 Whisper directory, or a packaged name "
                              "(whisper-tiny.en, whisper-base); default: whisper-tiny.en")
@@ -38,15 +52,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--task", default="transcribe", choices=["transcribe", "translate"],
                         help="translate = into English (multilingual models)")
     parser.add_argument("--timestamps", action="store_true", help="predict timestamps: one segment per phrase")
-    parser.add_argument("--word-timestamps", action="store_true", help="time each word (json: segments[].words)")
-    parser.add_argument("--max-words-per-line", type=int, default=None, metavar="N",
-                        help="srt/vtt: cues of at most N words (turns on --word-timestamps)")
     parser.add_argument("--condition-on-previous-text", action="store_true",
                         help="decode each file's 30 s windows in order, prompting with the previous text")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window (default 224)")
     parser.add_argument("--beam-width", type=int, default=1, help="beam search with this many beams (1: greedy)")
     parser.add_argument("--output-format", default="txt", choices=list(OUTPUT_FORMATS))
-    parser.add_argument("--output-dir", default=None, help="write one file per input here (created)")
+    parser.add_argument("--output-dir", default=None,
+                        help="write one file per input here (created), each as soon as it is transcribed; inputs "
+                             "whose file exists are skipped")
+    parser.add_argument("--overwrite", action="store_true", help="with --output-dir: redo inputs whose file exists")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--kv-cache-space-gb", type=float, default=1.0)
@@ -55,48 +69,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--no-skip-silence", dest="skip_silence", action="store_false",
                         help="decode silent windows too (by default they give no text)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_decoding_arguments(parser)
     add_vad_arguments(parser)
+    add_word_arguments(parser)
     return parser
-
-
-# (flag, VadOptions field, type, help)
-_VAD_FLAGS = [("--vad-threshold", "threshold", float, "speech probability threshold (default 0.5)"),
-              ("--vad-neg-threshold", "neg_threshold", float, "silence threshold inside speech (threshold - 0.15)"),
-              ("--vad-min-speech-ms", "min_speech_duration_ms", float, "drop shorter speech (default 0)"),
-              ("--vad-max-speech-s", "max_speech_duration_s", float, "cut longer speech (default and at most 30)"),
-              ("--vad-min-silence-ms", "min_silence_duration_ms", float, "silence that ends speech (default 2000)"),
-              ("--vad-speech-pad-ms", "speech_pad_ms", float, "padding on each side of speech (default 400)")]
-
-
-def add_vad_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vad-filter", action=argparse.BooleanOptionalAction, default=False,
-                        help="decode only speech found by Silero VAD, packed into 30 s windows (default: off)")
-    for flag, field, kind, text in _VAD_FLAGS:
-        parser.add_argument(flag, dest=f"vad_{field}", type=kind, default=None, metavar=kind.__name__.upper(),
-                            help=f"with --vad-filter: {text}")
-
-
-def vad_parameters(args: argparse.Namespace) -> dict:
-    """The VAD settings given on the command line (VadOptions fields); a setting without --vad-filter is an error."""
-    given = {field: getattr(args, f"vad_{field}") for _, field, _, _ in _VAD_FLAGS
-             if getattr(args, f"vad_{field}", None) is not None}
-    if given and not args.vad_filter:
-        flags = [flag for flag, field, _, _ in _VAD_FLAGS if field in given]
-        raise ValueError(f"{', '.join(flags)} {'needs' if len(flags) == 1 else 'need'} --vad-filter")
-    return given
-
-
-def _output_paths(sources: Sequence[str], output_dir: str, output_format: str) -> List[str]:
-    used, paths = set(), []
-    for source in sources:
-        stem = os.path.splitext(os.path.basename(os.path.normpath(source)))[0] or "audio"
-        name, n = stem, 1
-        while name in used:
-            n += 1
-            name = f"{stem}-{n}"
-        used.add(name)
-        paths.append(os.path.join(output_dir, f"{name}.{output_format}"))
-    return paths
 
 
 def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str], output_format: str,
@@ -110,7 +86,8 @@ def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str]
             err.write(f"seq2seq-engine transcribe: {message}\n")
     if output_dir is not None:
         os.makedirs(output_dir, exist_ok=True)
-        for path, result in zip(_output_paths(sources, output_dir, output_format), results):
+        paths = [output_path(output_dir, job, output_format) for job in expand_inputs(sources)]
+        for path, result in zip(paths, results):
             if result.error is not None and output_format != "json":
                 continue
             with open(path, "w", encoding="utf-8") as handle:
@@ -135,34 +112,63 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
     """Run the `transcribe` command for parsed arguments; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    if args.output_dir is None and args.output_format in ("srt", "vtt") and len(args.audio) > 1:
-        err.write(f"seq2seq-engine transcribe: error: --output-format {args.output_format} with several inputs "
-                  f"needs --output-dir\n")
-        return EXIT_USAGE
-    if args.max_words_per_line is not None and args.max_words_per_line < 1:
-        err.write(f"seq2seq-engine transcribe: error: --max-words-per-line must be >= 1, "
-                  f"got {args.max_words_per_line}\n")
-        return EXIT_USAGE
     try:
-        from seq2seq_engine.entrypoints.llm import LLM
-        from seq2seq_engine.model_loader.resolver import resolve_model_path
-        from seq2seq_engine.transcription.pipeline import transcribe
-
-        vad = vad_parameters(args)
-        llm = LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,
-                  kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
-                  swap_space_gb=args.swap_space_gb)
-        results = transcribe(llm, list(args.audio), language=args.language, task=args.task,
-                             timestamps=args.timestamps, condition_on_previous_text=args.condition_on_previous_text,
-                             max_new_tokens=args.max_new_tokens, use_tqdm=not args.quiet,
-                             skip_silence=args.skip_silence, beam_width=args.beam_width,
-                             vad_filter=args.vad_filter, vad_parameters=vad,
-                             word_timestamps=args.word_timestamps or args.max_words_per_line is not None)
+        options = options_from_args(args)  # checked before any file is looked at or the model loaded
+    except (ValueError, TypeError) as error:
+        return _usage_error(err, str(error))
+    jobs = expand_inputs(args.audio, args.recursive)
+    if not jobs:
+        return _usage_error(err, f"no audio files in {', '.join(args.audio)} (extensions: see --help"
+                                 f"{'' if args.recursive else '; --recursive takes subfolders too'})")
+    if args.output_dir is None and args.output_format in ("srt", "vtt") and len(jobs) > 1:
+        return _usage_error(err, f"--output-format {args.output_format} with several inputs needs --output-dir")
+    if args.output_dir is not None:
+        jobs, skipped = pending_jobs(jobs, args.output_dir, args.output_format, args.overwrite)
+        if skipped:
+            err.write(f"seq2seq-engine transcribe: skipped {skipped} input(s) whose output exists in "
+                      f"{args.output_dir} (--overwrite redoes them)\n")
+        if not jobs:
+            return EXIT_OK
+    try:
+        llm = _load_model(args)
+        if args.output_dir is None:
+            results = _transcribe(llm, options, jobs, None)
+            return write_results(results, [job.source for job in jobs], args.output_format, None, out, err,
+                                 args.max_words_per_line)
+        writer = OutputWriter(jobs, args.output_dir, args.output_format, args.max_words_per_line)
+        _transcribe(llm, options, jobs, writer)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
-        err.write(f"seq2seq-engine transcribe: error: {error}\n")
-        return EXIT_USAGE
-    return write_results(results, list(args.audio), args.output_format, args.output_dir, out, err,
-                         args.max_words_per_line)
+        return _usage_error(err, str(error))
+    report_failures(writer.failures, len(jobs), err)
+    return EXIT_FAILED_INPUTS if writer.failures else EXIT_OK
+
+
+def _usage_error(err: TextIO, message: str) -> int:
+    err.write(f"seq2seq-engine transcribe: error: {message}\n")
+    return EXIT_USAGE
+
+
+def _load_model(args: argparse.Namespace) -> Any:
+    from seq2seq_engine.entrypoints.llm import LLM
+    from seq2seq_engine.model_loader.resolver import resolve_model_path
+
+    return LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,
+               kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
+               swap_space_gb=args.swap_space_gb)
+
+
+def _transcribe(llm: Any, options: TranscriptionOptions, jobs: Sequence[AudioJob],
+                on_result: Optional[Callable[[int, TranscriptionResult], None]]) -> List[TranscriptionResult]:
+    """All results in input order; with `on_result`, each is also handed to it as soon as its input finishes."""
+    from seq2seq_engine.transcription.pipeline import iter_transcribe
+
+    results: List[Optional[TranscriptionResult]] = [None] * len(jobs)
+    for index, result in iter_transcribe(llm, [job.source for job in jobs], options):
+        if on_result is not None:
+            on_result(index, result)
+        else:
+            results[index] = result
+    return [result for result in results if result is not None]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

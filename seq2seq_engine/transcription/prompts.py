@@ -5,6 +5,8 @@
         -> [<|startoftranscript|>, <|de|>, <|translate|>, <|notimestamps|>]
     info.prompt(previous_tokens=[...])
         -> [<|startofprev|>, ...the last 223 previous tokens..., <|startoftranscript|>, ...]
+    info.prompt(prefix_tokens=[...])
+        -> [<|startoftranscript|>, <|notimestamps|>, ...prefix...]   ([..., <|0.00|>, ...prefix...] with timestamps)
 
 The prompts are the ones transformers' `WhisperForConditionalGeneration.generate` builds (`_retrieve_init_tokens`,
 `_prepare_decoder_input_ids`): `<|startoftranscript|>`, then for a multilingual model the language and the task
@@ -20,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 SOT, EOT, NO_TIMESTAMPS = "<|startoftranscript|>", "<|endoftext|>", "<|notimestamps|>"
 TRANSCRIBE, TRANSLATE, START_OF_PREV = "<|transcribe|>", "<|translate|>", "<|startofprev|>"
+START_OF_LM, NO_SPEECH, NO_CAPTIONS = "<|startoflm|>", "<|nospeech|>", "<|nocaptions|>"  # older vocabularies
 TASKS = ("transcribe", "translate")
 TIME_PRECISION = 0.02  # seconds per timestamp token step
 # openai-whisper's default `max_initial_timestamp` (1.0 s) in timestamp steps; used when the model's generation
@@ -52,6 +55,8 @@ class WhisperTokens:
     transcribe: Optional[int] = None
     translate: Optional[int] = None
     start_of_prev: Optional[int] = None
+    start_of_lm: Optional[int] = None
+    no_speech: Optional[int] = None       # <|nospeech|> (<|nocaptions|> in the older vocabularies)
     suppress_tokens: Tuple[int, ...] = ()
     begin_suppress_tokens: Tuple[int, ...] = ()
     max_initial_timestamp_index: Optional[int] = DEFAULT_MAX_INITIAL_TIMESTAMP_INDEX
@@ -103,6 +108,7 @@ class WhisperTokens:
         return cls(sot=sot, eot=eot, no_timestamps=no_timestamps, vocab_size=vocab_size,
                    max_target_positions=max_target, is_multilingual=bool(is_multilingual), language_ids=language_ids,
                    transcribe=transcribe, translate=translate, start_of_prev=vocab.get(START_OF_PREV),
+                   start_of_lm=vocab.get(START_OF_LM), no_speech=vocab.get(NO_SPEECH, vocab.get(NO_CAPTIONS)),
                    suppress_tokens=tuple(int(t) for t in suppress), begin_suppress_tokens=tuple(int(t) for t in begin),
                    max_initial_timestamp_index=None if initial is None else int(initial))
 
@@ -127,12 +133,14 @@ class WhisperTokens:
 
     # ------------------------------------------------------------------ prompts
     def prompt(self, language: Optional[str] = None, task: str = "transcribe", timestamps: bool = False,
-               previous_tokens: Optional[Sequence[int]] = None) -> List[int]:
+               previous_tokens: Optional[Sequence[int]] = None,
+               prefix_tokens: Optional[Sequence[int]] = None) -> List[int]:
         """The decoder prompt for one window.
 
         language: a code/name for multilingual models (required there: detect it first); ignored ("en") for
         English-only models. previous_tokens: text (and timestamp) tokens of the preceding window(s); the last
-        `prompt_cut_off` of them follow `<|startofprev|>` before `<|startoftranscript|>`.
+        `prompt_cut_off` of them follow `<|startofprev|>` before `<|startoftranscript|>`. prefix_tokens: text the
+        window's transcript starts with, after the task tokens (after `<|0.00|>` with timestamps, as faster-whisper).
         """
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -152,6 +160,8 @@ class WhisperTokens:
                 self.language_code(language)  # validates: only English
         if not timestamps:
             tokens.append(self.no_timestamps)
+        if prefix_tokens:
+            tokens += ([self.timestamp_begin] if timestamps else []) + [int(t) for t in prefix_tokens]
         if previous_tokens:
             if self.start_of_prev is None:
                 raise ValueError("the tokenizer has no <|startofprev|> token to condition on previous text")
@@ -183,7 +193,7 @@ class WhisperTokens:
 
 def _special_vocab(tokenizer: Any) -> Dict[str, int]:
     """Token -> id for the added/special tokens the prompts need (unknown tokens are left out)."""
-    wanted = (SOT, EOT, NO_TIMESTAMPS, TRANSCRIBE, TRANSLATE, START_OF_PREV)
+    wanted = (SOT, EOT, NO_TIMESTAMPS, TRANSCRIBE, TRANSLATE, START_OF_PREV, START_OF_LM, NO_SPEECH, NO_CAPTIONS)
     ids = tokenizer.convert_tokens_to_ids(list(wanted))
     unk = getattr(tokenizer, "unk_token_id", None)
     out = {}

@@ -25,16 +25,25 @@ class Word:
 
 @dataclasses.dataclass
 class Segment:
-    """A stretch of the transcript, in seconds from the start of the input; words: its timed words when word
-    timestamps were asked for, else None."""
+    """A stretch of the transcript, in seconds from the start of the input, with the scores of the decoding that
+    made it (openai-whisper's verbose_json fields; None where the window was not decoded): `temperature` of the kept
+    attempt, `avg_logprob` of its tokens, `compression_ratio` of its text, `no_speech_prob`. Segments compare equal
+    by span and text (the scores are floats of one particular decoding). words: its timed words when word timestamps
+    were asked for, else None."""
 
     start: float
     end: float
     text: str
+    temperature: Optional[float] = dataclasses.field(default=None, compare=False)
+    avg_logprob: Optional[float] = dataclasses.field(default=None, compare=False)
+    compression_ratio: Optional[float] = dataclasses.field(default=None, compare=False)
+    no_speech_prob: Optional[float] = dataclasses.field(default=None, compare=False)
     words: Optional[List[Word]] = dataclasses.field(default=None, compare=False)
 
     def to_dict(self) -> Dict[str, Any]:
-        data: Dict[str, Any] = {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text}
+        data: Dict[str, Any] = {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
+                                "temperature": self.temperature, "avg_logprob": self.avg_logprob,
+                                "compression_ratio": self.compression_ratio, "no_speech_prob": self.no_speech_prob}
         if self.words is not None:
             data["words"] = [word.to_dict() for word in self.words]
         return data

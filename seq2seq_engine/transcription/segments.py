@@ -20,18 +20,26 @@ if TYPE_CHECKING:
     from seq2seq_engine.transcription.words import WordTiming
 
 RawSegment = Tuple[float, float, List[int]]  # (start s, end s, text token ids), relative to the window
+SCORE_FIELDS = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
 
 
 @dataclasses.dataclass
 class WindowTokens:
-    """What one window produced: its offset and length in the input (seconds) and its generated tokens
-    (without `<|endoftext|>`)."""
+    """What one window produced: its offset and length in the input (seconds), its tokens (without
+    `<|endoftext|>`) and, when it was decoded, the kept attempt's scores (see fallback.py)."""
 
     offset: float
     duration: float
     token_ids: List[int]
     time_map: Optional["TimeMap"] = None  # a window of speech regions (vad_filter): maps its times to the input's
+    temperature: Optional[float] = None
+    avg_logprob: Optional[float] = None
+    compression_ratio: Optional[float] = None
+    no_speech_prob: Optional[float] = None
     words: Optional[List[List["WordTiming"]]] = None  # word timestamps: per split_segments segment, window times
+
+    def scores(self) -> dict:
+        return {name: getattr(self, name) for name in SCORE_FIELDS}
 
     def input_span(self, start: float, end: float) -> Tuple[float, float]:
         """The input's (start, end) of a segment `start`..`end` seconds into the window, rounded to the microsecond
@@ -42,8 +50,8 @@ class WindowTokens:
         return round(self.offset + start, 6), round(self.offset + end, 6)
 
     def input_words(self, index: Optional[int] = None) -> Optional[List[Word]]:
-        """The timed words of segment `index` (all the window's with None) on the input's timeline, or None
-        without word timestamps."""
+        """The timed words of segment `index` (all the window's with None) on the input's timeline (input_span,
+        so through the time map of a packed window), or None without word timestamps."""
         if self.words is None:
             return None
         timings = [w for segment in self.words for w in segment] if index is None else self.words[index]
@@ -94,7 +102,7 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(*window.input_span(start, end), text.strip(),
+                    segments.append(Segment(*window.input_span(start, end), text.strip(), **window.scores(),
                                             words=window.input_words(index)))
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
@@ -102,8 +110,8 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
             if text.strip() and window.time_map is not None:
                 segments.append(Segment(window.time_map.to_original(0.0),
                                         window.time_map.to_original(window.duration, is_end=True), text.strip(),
-                                        words=window.input_words()))
+                                        **window.scores(), words=window.input_words()))
             elif text.strip():
                 segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
-                                        words=window.input_words()))
+                                        **window.scores(), words=window.input_words()))
     return "".join(pieces).strip(), segments

@@ -151,6 +151,22 @@ def window_vad_options(vad_filter: bool, vad_parameters: Any, window_samples: in
     return dataclasses.replace(options, max_speech_duration_s=min(options.max_speech_duration_s, window_s))
 
 
-def detect_speech_windows(audio: np.ndarray, options: VadOptions, window_samples: int) -> List[SpeechWindow]:
-    """Speech regions of `audio` (Silero VAD) packed into windows; [] when there is no speech."""
-    return speech_windows(audio, speech_regions(audio, options), window_samples)
+def intersect_regions(regions: Sequence[Region], spans: Sequence[Region]) -> List[Region]:
+    """The parts of `regions` inside `spans` (both ordered and non-overlapping), in order, empty parts left out."""
+    out: List[Region] = []
+    for start, end in regions:
+        for span_start, span_end in spans:
+            a, b = max(start, span_start), min(end, span_end)
+            if a < b:
+                out.append((a, b))
+    return out
+
+
+def detect_speech_windows(audio: np.ndarray, options: VadOptions, window_samples: int,
+                          within: Optional[Sequence[Region]] = None) -> List[SpeechWindow]:
+    """Speech regions of `audio` (Silero VAD), only their parts inside the spans `within` when given (clip_timestamps),
+    packed into windows; [] when there is no speech."""
+    regions = speech_regions(audio, options)
+    if within is not None:
+        regions = intersect_regions(regions, within)
+    return speech_windows(audio, regions, window_samples)

@@ -4,18 +4,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
-from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, is_silent, log_mel_spectrogram, split_into_windows
-from seq2seq_engine.audio.vad import VadOptions
+from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, is_silent, log_mel_spectrogram
+from seq2seq_engine.audio.stream import samples_hint as file_samples_hint
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.prompts import WhisperTokens
 from seq2seq_engine.transcription.segments import WindowTokens
-from seq2seq_engine.transcription.vad_windows import TimeMap, detect_speech_windows
+from seq2seq_engine.transcription.vad_windows import TimeMap
+from seq2seq_engine.transcription.window_source import WindowReader
 
 
 # ---------------------------------------------------------------------------------------------- model facts
@@ -37,6 +38,9 @@ def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- bookkeeping
+_NO_SAMPLES = np.zeros(0, np.float32)
+
+
 @dataclasses.dataclass
 class Window:
     index: int
@@ -44,6 +48,11 @@ class Window:
     samples: np.ndarray
     silent: bool
     time_map: Optional[TimeMap] = None  # packed speech regions (vad_filter): window time -> input time
+    num_samples: int = -1  # kept when the samples are released
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 0:
+            self.num_samples = len(self.samples)
 
     @property
     def offset(self) -> float:
@@ -51,21 +60,11 @@ class Window:
 
     @property
     def duration(self) -> float:
-        return len(self.samples) / SAMPLE_RATE
+        return self.num_samples / SAMPLE_RATE
 
-
-def make_windows(audio: np.ndarray, window_samples: int, skip_silence: bool,
-                 vad: Optional[VadOptions]) -> List[Window]:
-    """An input's windows: consecutive 30 s cuts, or with `vad` its speech regions packed into windows (no window
-    when it has no speech). With `skip_silence`, windows below -60 dBFS are marked silent (not decoded)."""
-    if vad is None:
-        cuts = [(start, chunk, None) for start, chunk in split_into_windows(
-            audio, window_s=window_samples / SAMPLE_RATE)]
-    else:
-        cuts = [(w.time_map.start_sample, w.samples, w.time_map)
-                for w in detect_speech_windows(audio, vad, window_samples)]
-    return [Window(k, start, chunk, skip_silence and is_silent(chunk), time_map)
-            for k, (start, chunk, time_map) in enumerate(cuts)]
+    def release(self) -> None:
+        """Drop the samples once the window is decoded (its length and offset stay)."""
+        self.samples = _NO_SAMPLES
 
 
 @dataclasses.dataclass
@@ -77,11 +76,57 @@ class InputState:
     language: Optional[str] = None
     language_probability: Optional[float] = None
     duration: float = 0.0
-    windows: List[Window] = dataclasses.field(default_factory=list)
+    windows: List[Window] = dataclasses.field(default_factory=list)  # read so far (released once decoded)
     done: Dict[int, WindowTokens] = dataclasses.field(default_factory=dict)
     request_ids: set = dataclasses.field(default_factory=set)
     error: Optional[str] = None
     finished: bool = False
+    # Sequential mode: the initial prompt and the kept windows' tokens; the prompt conditions on context[start:].
+    context: List[int] = dataclasses.field(default_factory=list)
+    context_start: int = 0
+    reader: Optional[WindowReader] = None  # the windows not read yet
+    all_read: bool = False
+    samples_counted: int = 0  # of this input in the progress total
+    samples_progressed: int = 0  # of this input counted done (windows decoded, audio no window covers)
+    skipped_counted: int = 0  # of the reader's skipped samples, those counted done already
+
+    def __post_init__(self) -> None:
+        self.samples_counted = self.samples_hint
+
+    def next_window(self, skip_silence: bool) -> Optional[Window]:
+        """The next window from the input's reader (None once all are read); AudioError when decoding fails."""
+        cut = self.reader.next_window() if self.reader is not None else None
+        if self.reader is not None:
+            self.duration = self.reader.position / SAMPLE_RATE
+        if cut is None:
+            self.all_read = True
+            return None
+        start, samples, time_map = cut
+        window = Window(len(self.windows), start, samples, skip_silence and is_silent(samples), time_map)
+        self.windows.append(window)
+        return window
+
+    def account(self) -> Tuple[int, int]:
+        """(change of this input's share of the progress total, samples newly done without decoding): the share is
+        its length once read, else at least the hint or what was read; audio no window covers counts as done."""
+        position = self.reader.position if self.reader is not None else 0
+        skipped = self.reader.skipped if self.reader is not None else 0
+        samples = position if self.all_read else max(self.samples_counted, position)
+        delta, self.samples_counted = samples - self.samples_counted, samples
+        done = max(0, skipped - self.skipped_counted)
+        self.skipped_counted += done
+        self.samples_progressed += done
+        return delta, done
+
+    def close_stream(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+    def drop_audio(self) -> None:
+        """Close the reader and release the samples of the windows read (the input failed)."""
+        self.close_stream()
+        for window in self.windows:
+            window.release()
 
 
 @dataclasses.dataclass
@@ -108,13 +153,11 @@ def describe_source(source: Any, index: int) -> str:
 
 
 def samples_hint(source: Any) -> int:
-    """16 kHz samples of the input, known without decoding where cheap (file header, array length; resampled
-    lengths as load_audio makes them); 0 otherwise."""
+    """16 kHz samples of the input, known without decoding where cheap (file header or container metadata, array
+    length; resampled lengths as load_audio makes them); 0 otherwise."""
     try:
         if isinstance(source, (str, os.PathLike)):
-            import soundfile
-            info = soundfile.info(os.fspath(source))
-            return math.ceil(info.frames * SAMPLE_RATE / info.samplerate)
+            return file_samples_hint(source)
         if isinstance(source, tuple) and len(source) == 2:
             samples = np.asarray(source[0])
             return math.ceil(max(samples.shape) * SAMPLE_RATE / int(source[1]))

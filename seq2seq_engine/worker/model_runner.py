@@ -34,7 +34,7 @@ class ModelInput:
     encoder_input_ids: Optional[torch.Tensor] = None
     encoder_positions: Optional[torch.Tensor] = None
     encoder_features: Optional[torch.Tensor] = None
-    # Prefill positions that score prompt tokens, for requests with prompt_logprobs (None: no such request).
+    # Prefill positions that score prompt tokens or feed prompt_logits_hooks (None: no such request).
     prompt_logprobs: Optional[PromptLogprobPlan] = None
 
 
@@ -257,12 +257,12 @@ class ModelRunner:
                                    encoder_positions=model_input.encoder_positions,
                                    encoder_features=model_input.encoder_features)
         sampler_output = self._sample(model_input, hidden_states) if model_input.sampled_seq_ids else None
-        if model_input.prompt_logprobs is not None:
-            prompt_logprobs = compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states,
-                                                      self.model.compute_logits)
+        scored = (compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states, self.model.compute_logits)
+                  if model_input.prompt_logprobs is not None else None)
+        if scored is not None:
             if sampler_output is None:
                 sampler_output = SamplerOutput.empty(self.device)
-            sampler_output = dataclasses.replace(sampler_output, prompt_logprobs=prompt_logprobs)
+            sampler_output = dataclasses.replace(sampler_output, prompt_logprobs=scored)
         return model_input.sampled_seq_ids, sampler_output
 
     def _sample(self, model_input: ModelInput, hidden_states: torch.Tensor) -> SamplerOutput:

@@ -1,9 +1,9 @@
-"""Prompt logprobs in the model runner: which positions of a step's prefill chunks score a decoder-prompt token
-(position p scores prompt token p + 1), and log_softmax of the raw logits at those positions."""
+"""Prompt logprobs and prompt-logits hooks in the model runner: which positions of a step's prefill chunks score a
+decoder-prompt token (position p scores prompt token p + 1) or feed a hook, and the raw logits at those positions."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Iterable, List, Optional, Sequence as Seq
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence as Seq, Tuple
 
 import numpy as np
 import torch
@@ -26,6 +26,8 @@ class PromptLogprobPlan:
     num_topk: List[int]
     flat_indices: torch.Tensor       # [T] int64
     target_token_ids: torch.Tensor   # [T] int64
+    # SamplingParams.prompt_logits_hooks due this step: (position in the flat batch, fn).
+    hooks: List[Tuple[int, Callable[[Any], None]]] = dataclasses.field(default_factory=list)
 
     def to(self, device: torch.device) -> None:
         self.flat_indices = self.flat_indices.to(device, non_blocking=True)
@@ -33,51 +35,80 @@ class PromptLogprobPlan:
 
 
 class PromptLogprobTracker:
-    """Remembers, per prompt-running sequence, how many prompt positions were already scored: a prompt prefilled
-    again after preemption by recompute (also one preempted between chunks) is not scored a second time."""
+    """Remembers, per prompt-running sequence, how many prompt positions were already scored (and up to where its
+    hooks ran): a prompt prefilled again after preemption by recompute (also one preempted between chunks) is not
+    scored, nor hooked, a second time."""
 
     def __init__(self) -> None:
         self._num_scored: Dict[int, int] = {}
+        self._num_hooked: Dict[int, int] = {}
 
     def release(self, seq_ids: Iterable[int]) -> None:
         for seq_id in seq_ids:
             self._num_scored.pop(seq_id, None)
+            self._num_hooked.pop(seq_id, None)
 
     def plan(self, prefills: Seq[SequenceGroupMetadata], num_computed: Seq[int],
              chunk_starts: Seq[int]) -> Optional[PromptLogprobPlan]:
         """The scoring work of the step's prefill chunks (prefills[i] starts at flat position chunk_starts[i]
-        with num_computed[i] tokens already cached); None when no request asks for prompt logprobs."""
-        chunks, flat_indices, targets = [], [], []
+        with num_computed[i] tokens already cached); None when no request asks for prompt logprobs or hooks."""
+        chunks, flat_indices, targets, hooks = [], [np.zeros(0, dtype=np.int64)], [], []
         for group, computed, flat_start in zip(prefills, num_computed, chunk_starts):
-            num_topk = group.sampling_params.prompt_logprobs if group.sampling_params is not None else None
-            if num_topk is None:
+            params = group.sampling_params
+            if params is None or (params.prompt_logprobs is None and not params.prompt_logits_hooks):
                 continue
             # A shared prompt (n/best_of) runs through its first sequence only (see ModelRunner._collect).
             seq_id, seq_data = next(iter(group.seq_data.items()))
             prompt = seq_data.prompt_token_ids
+            computed, offset = int(computed), int(flat_start) - int(computed)
+            if params.prompt_logits_hooks:
+                hooks.extend(self._due_hooks(seq_id, params.prompt_logits_hooks, computed,
+                                             min(computed + group.token_chunk_size, len(prompt)), offset))
+            if params.prompt_logprobs is None:
+                continue
             # The last prompt position predicts the first output token, not a prompt token; positions past the
             # prompt (a recomputed sequence's outputs) score nothing here.
-            first = max(int(computed), self._num_scored.get(seq_id, 0))
-            end = min(int(computed) + group.token_chunk_size, len(prompt) - 1)
+            first = max(computed, self._num_scored.get(seq_id, 0))
+            end = min(computed + group.token_chunk_size, len(prompt) - 1)
             if end <= first:
                 continue
             self._num_scored[seq_id] = end
-            chunks.append((group.request_id, first + 1, end - first, num_topk))
-            offset = int(flat_start) - int(computed)
+            chunks.append((group.request_id, first + 1, end - first, params.prompt_logprobs))
             flat_indices.append(np.arange(first + offset, end + offset, dtype=np.int64))
             targets.extend(prompt[first + 1:end + 1])
-        if not chunks:
+        if not chunks and not hooks:
             return None
-        request_ids, first_token_indices, num_tokens, num_topk = (list(column) for column in zip(*chunks))
-        return PromptLogprobPlan(request_ids, first_token_indices, num_tokens, num_topk,
-                                 torch.from_numpy(np.concatenate(flat_indices)),
-                                 torch.tensor(targets, dtype=torch.long))
+        columns = [list(column) for column in zip(*chunks)] if chunks else [[], [], [], []]
+        return PromptLogprobPlan(*columns, torch.from_numpy(np.concatenate(flat_indices)),
+                                 torch.tensor(targets, dtype=torch.long), hooks)
+
+    def _due_hooks(self, seq_id: int, hooks: Seq[Tuple[int, Callable[[Any], None]]], computed: int, end: int,
+                   offset: int) -> List[Tuple[int, Callable[[Any], None]]]:
+        """The hooks whose positions this chunk [computed, end) prefills for the first time, at flat positions."""
+        first = max(computed, self._num_hooked.get(seq_id, 0))
+        self._num_hooked[seq_id] = max(end, self._num_hooked.get(seq_id, 0))
+        return [(position + offset, fn) for position, fn in hooks if first <= position < end]
+
+
+def run_prompt_logits_hooks(plan: PromptLogprobPlan, hidden_states: torch.Tensor,
+                            compute_logits: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Call each due hook with the raw logits row [vocab] at its position."""
+    if not plan.hooks:
+        return
+    index = torch.tensor([position for position, _ in plan.hooks], dtype=torch.long, device=hidden_states.device)
+    logits = compute_logits(hidden_states[index])
+    for row, (_, fn) in zip(logits, plan.hooks):
+        fn(row)
 
 
 def compute_prompt_logprobs(plan: PromptLogprobPlan, hidden_states: torch.Tensor,
-                            compute_logits: Callable[[torch.Tensor], torch.Tensor]) -> PromptLogprobsOutput:
-    """log_softmax of the raw logits (no logits processors, as vLLM) at the planned positions: each scored
-    token's logprob and, when any chunk asks for k > 0, the top max(k) (logprob, token id) pairs."""
+                            compute_logits: Callable[[torch.Tensor], torch.Tensor]) -> Optional[PromptLogprobsOutput]:
+    """Runs the plan's hooks, then log_softmax of the raw logits (no logits processors, as vLLM) at the planned
+    positions: each scored token's logprob and, when any chunk asks for k > 0, the top max(k) (logprob, token id)
+    pairs; None when the plan has only hooks."""
+    run_prompt_logits_hooks(plan, hidden_states, compute_logits)
+    if not plan.request_ids:
+        return None
     max_topk = max(plan.num_topk)
     token_logprobs: List[torch.Tensor] = []
     topk_logprobs: List[torch.Tensor] = []

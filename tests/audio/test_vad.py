@@ -3,7 +3,6 @@
 own frame-by-frame forward, regions against the silero-vad package's `get_speech_timestamps` run on that module, and
 regions against the speech spans known by construction."""
 import glob
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import require_speech_clips
 
 from seq2seq_engine.audio import SAMPLE_RATE, load_audio
 from seq2seq_engine.audio import silero as silero_module
@@ -21,11 +21,7 @@ SR = SAMPLE_RATE
 
 
 def clip(name):
-    spec = importlib.util.find_spec("pytest_audioeval")
-    if spec is None:
-        pytest.skip("pytest-audioeval is not installed")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio")
-    return load_audio(os.path.join(folder, name))
+    return load_audio(os.path.join(require_speech_clips(), name))
 
 
 def voiced_span(samples, floor_db=-35.0):

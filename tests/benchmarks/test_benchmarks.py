@@ -12,6 +12,7 @@ from conftest import require_model, require_speech_clips
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CT2 = importlib.util.find_spec("ctranslate2") is not None
+FASTER_WHISPER = importlib.util.find_spec("faster_whisper") is not None
 
 
 def run_script(name: str, *args: str) -> str:
@@ -95,9 +96,35 @@ def test_transcribe_quick_greedy():
     assert {r["clips"] for r in table} == {"4"}
 
 
+def test_long_transcribe_quick_builds_a_recording_and_reports_every_engine():
+    """Our row always; the faster-whisper rows only where faster-whisper (the `bench` extra) is installed."""
+    require_model("whisper-tiny.en")
+    require_speech_clips()
+    stdout = run_script("long_transcribe.py", "--vad-filter", "on", "--temperature", "0")
+    (table,) = parse_tables(stdout)
+    fw = [(mode, t) for mode in ("fw-seq", "fw-batched") for t in ("float32", "int8")] if FASTER_WHISPER else []
+    assert [(r["engine"], r["dtype"]) for r in table] == [("ours", "float32")] + fw
+    assert list(table[0])[:10] == ["engine", "dtype", "recordings", "audio s", "wall s", "x realtime", "WER",
+                                   "non-speech words", "non-speech words (time share)", "peak RSS MiB"]
+    assert list(table[0])[10:] == [f"vs {m}-{t}" for m, t in fw] + ["every run s"]
+    for r in table:
+        assert r["recordings"] == "1" and 15 < float(r["audio s"]) < 40
+        assert float(r["wall s"]) > 0 and float(r["peak RSS MiB"]) > 100
+        for column in ("WER", "non-speech words", "non-speech words (time share)"):
+            assert 0 <= float(r[column]) < float("inf"), r  # a number (not nan) in [0, inf)
+    ours = row(table, "ours", "float32")
+    assert all(ours[f"vs {m}-{t}"].endswith("x") for m, t in fw)
+    assert all(r[f"vs {m}-{t}"] == "" for r in table[1:] for m, t in fw)
+    assert re.search(r"^date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", stdout, re.M) and "command: " in stdout
+    assert "options applied: vad_filter=True" in stdout  # vad_filter is in our transcribe()'s signature
+    # temperature: applied where our transcribe() takes it, else named as not applied
+    assert re.search(r"options applied: .*temperature=0\.0|not applied: temperature", stdout), stdout
+    if not FASTER_WHISPER:
+        assert "faster-whisper is not installed (the `bench` extra), skipped" in stdout
+
+
 def test_vad_backends_quick_agree_with_the_modules_own_forward():
-    if importlib.util.find_spec("pytest_audioeval") is None:
-        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    require_speech_clips()
     (table,) = parse_tables(run_script("vad_backends.py"))
     expected = ["jit-frames", "jit-batched"] + (["onnx-frames", "onnx-blocks"] if importlib.util.find_spec(
         "onnxruntime") else [])

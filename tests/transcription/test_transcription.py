@@ -128,7 +128,7 @@ def test_transcribe_matches_hf_generate_and_isolates_bad_inputs(tmp_path, speech
     silence = np.zeros(16000 * 5, dtype=np.float32)
     inputs = [fox_path, str(corrupt), (weather, 16000), str(tmp_path / "missing.wav"), nan_audio, silence]
     # max_in_flight=2: inputs are loaded and admitted a few at a time, results still come back in input order
-    kwargs = dict(max_new_tokens=64, use_tqdm=False, max_in_flight=2)
+    kwargs = dict(max_new_tokens=64, use_tqdm=False, max_in_flight=2, temperature=0.0)
     if hasattr(tiny_llm, "transcribe"):
         results = tiny_llm.transcribe(inputs, **kwargs)
     else:
@@ -155,7 +155,7 @@ def test_timestamps_and_long_audio_windows_match_hf(speech, tiny_hf, tiny_llm, t
     _, weather = speech["weather"]
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [(fox, 16000), long_audio], timestamps=True,
-                                         max_new_tokens=64, use_tqdm=False)
+                                         max_new_tokens=64, use_tqdm=False, temperature=0.0)
     prompt = pipeline_module.whisper_tokens_for(tiny_llm.llm_engine).prompt(timestamps=True)
     expected = [_hf_generate(tiny_hf, samples, prompt, 64, return_timestamps=True, force_unique_generate_call=True)
                 for samples in (fox, weather)]
@@ -183,7 +183,7 @@ def test_condition_on_previous_text_matches_hf_prompt_ids(speech, tiny_hf, tiny_
     _, weather = speech["weather"]
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [long_audio], condition_on_previous_text=True,
-                                         max_new_tokens=48, use_tqdm=False)
+                                         max_new_tokens=48, use_tqdm=False, temperature=0.0)
     tokens = pipeline_module.whisper_tokens_for(tiny_llm.llm_engine)
     first, second = window_spy[0]
     assert first.token_ids == _hf_generate(tiny_hf, fox, tokens.prompt(), 48)
@@ -216,7 +216,8 @@ def test_multilingual_prompts_and_language_detection_match_hf(base_dir, speech, 
         tokens.prompt("klingon")
 
     clips = [speech["german"][1], speech["fox"][1]]
-    results = pipeline_module.transcribe(llm, [(c, 16000) for c in clips], max_new_tokens=24, use_tqdm=False)
+    results = pipeline_module.transcribe(llm, [(c, 16000) for c in clips], max_new_tokens=24, use_tqdm=False,
+                                         temperature=0.0)
     with torch.no_grad():
         encoder_outputs = hf.model.encoder(torch.cat([_features(c) for c in clips]))
         detected = hf.detect_language(encoder_outputs=encoder_outputs).tolist()
@@ -247,6 +248,7 @@ def test_cli_writes_one_file_per_input_and_fails_on_bad_ones(tmp_path, speech, t
     good = json.loads((out_dir / "fox.json").read_text(encoding="utf-8"))
     failed = json.loads((out_dir / "bad.json").read_text(encoding="utf-8"))
     assert good["error"] is None and "lazy dog" in good["text"] and len(good["segments"]) >= 2
+    assert good["segments"][0]["temperature"] == 0.0 and good["segments"][0]["no_speech_prob"] < 0.6  # scores
     assert math.isclose(good["duration"], len(fox) / 16000, abs_tol=1e-3)
     assert failed["error"] and failed["text"] == "" and failed["segments"] == []
 
@@ -280,8 +282,8 @@ def test_cli_output_to_stdout_and_usage_errors(tmp_path):
 def test_cli_beam_width_gives_hf_beam_search_text(tmp_path, speech, tiny_dir, tiny_hf, capsys):
     from seq2seq_engine.entrypoints import transcribe_cli
     fox_path, fox = speech["fox"]
-    code = transcribe_cli.main([fox_path, "--model", tiny_dir, "--beam-width", "3", "--max-new-tokens", "40",
-                                "--quiet", "--kv-cache-space-gb", "0.2"])
+    code = transcribe_cli.main([fox_path, "--model", tiny_dir, "--beam-width", "3", "--temperature", "0",
+                                "--max-new-tokens", "40", "--quiet", "--kv-cache-space-gb", "0.2"])
     assert code == 0
     with torch.no_grad():
         sequences = tiny_hf.generate(_features(fox), num_beams=3, max_new_tokens=40)

@@ -1,6 +1,7 @@
-"""Beam-search transcription (`transcribe(..., beam_width=N)`) against HF `WhisperForConditionalGeneration.generate(
-num_beams=N)` on real speech (pytest-audioeval clips) with the packaged Whisper models: the window tokens must be
-identical, with and without timestamps, English-only and multilingual (language detected by us, given to HF)."""
+"""Beam-search transcription (`transcribe(..., beam_width=N, temperature=0.0)`) against HF
+`WhisperForConditionalGeneration.generate(num_beams=N)` on real speech (pytest-audioeval clips) with the packaged
+Whisper models: the window tokens must be identical, with and without timestamps, English-only and multilingual
+(language detected by us, given to HF)."""
 import glob
 import os
 
@@ -67,7 +68,7 @@ def test_beam_search_windows_match_hf_english_only(tiny_dir, tiny_llm, window_to
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
     prompt = pipeline_module.whisper_tokens_for(llm.llm_engine).prompt(timestamps=timestamps)
     results = llm.transcribe([(c, 16000) for c in clips], beam_width=5, timestamps=timestamps, max_new_tokens=64,
-                             use_tqdm=False)
+                             use_tqdm=False, temperature=0.0)
     assert all(r.error is None for r in results)
     for samples, windows in zip(clips, window_tokens):
         expected = _hf_beam(hf, model_dir, samples, prompt, 5, timestamps)
@@ -82,9 +83,10 @@ def test_beam_search_windows_match_hf_multilingual_detected_language(window_toke
     llm = LLM(model_dir, kv_cache_space_gb=0.4, swap_space_gb=0.01)
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
     tokens = pipeline_module.whisper_tokens_for(llm.llm_engine)
-    results = llm.transcribe([(c, 16000) for c in clips], beam_width=4, max_new_tokens=64, use_tqdm=False)
+    results = llm.transcribe([(c, 16000) for c in clips], beam_width=4, max_new_tokens=64, use_tqdm=False,
+                             temperature=0.0)
     assert [r.language for r in results] == ["es", "fr", "ja", "en"]
-    greedy = llm.transcribe([(c, 16000) for c in clips], max_new_tokens=64, use_tqdm=False)
+    greedy = llm.transcribe([(c, 16000) for c in clips], max_new_tokens=64, use_tqdm=False, temperature=0.0)
     for result, samples, windows in zip(results, clips, window_tokens):
         expected = _hf_beam(hf, model_dir, samples, tokens.prompt(result.language), 4, False,
                             language=result.language, task="transcribe")

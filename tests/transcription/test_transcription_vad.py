@@ -2,7 +2,6 @@
 clips (pytest-audioeval) 20 s of silence and noise apart come out as the clips' reference words, with segment times
 inside the clips' spans of the original recording and nothing in the gap; audio without speech is never decoded;
 the CLI flags."""
-import importlib.util
 import json
 import os
 import re
@@ -10,6 +9,7 @@ import re
 import numpy as np
 import pytest
 import soundfile
+from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
@@ -21,10 +21,7 @@ TOLERANCE = 0.5  # s: speech_pad_ms (0.4 s) plus a Whisper timestamp step or two
 
 
 def _clip(name):
-    spec = importlib.util.find_spec("pytest_audioeval")
-    if spec is None:
-        pytest.skip("pytest-audioeval is not installed")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio", "en", name)
+    path = os.path.join(require_speech_clips(), "en", name)
     with open(path.replace(".wav", ".txt"), encoding="utf-8") as handle:
         return load_audio(path), handle.read()
 
@@ -35,11 +32,7 @@ def words(text):
 
 @pytest.fixture(scope="module")
 def tiny_dir():
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        return resolve_model_path("whisper-tiny.en")
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
+    return require_model("whisper-tiny.en")
 
 
 @pytest.fixture(scope="module")

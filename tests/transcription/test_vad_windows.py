@@ -114,3 +114,25 @@ def test_stitch_places_a_packed_windows_segments_on_the_input_timeline():
                                                             (11.0, 11.5, "300")]
     text, segments = stitch([window], EN, lambda ids: " " + "-".join(map(str, ids)), timestamps=False)
     assert [(g.start, g.end) for g in segments] == [(1.0, 11.5)]  # one segment per window, first to last region
+
+
+def test_a_packed_windows_words_map_through_its_time_map_like_its_segments():
+    from test_transcription_units import EN, ts
+
+    from seq2seq_engine.transcription.words import WordTiming
+    tokens = [ts(0.0), 100, ts(0.8), ts(1.8), 200, 201, ts(3.0), 300]
+    window = WindowTokens(1.0, 3.5, tokens, TimeMap(regions((1, 3), (10, 11.5))))
+    # Window times: " 200" straddles the splice at 2.0 s, mostly after it, so it lands in the 10-11.5 s region.
+    window.words = [[WordTiming(" 100", [100], 0.1, 0.7, 0.9)],
+                    [WordTiming(" 200", [200], 1.9, 2.4, 0.8), WordTiming(" 201", [201], 2.4, 2.9, 0.7)],
+                    [WordTiming(" 300", [300], 3.0, 3.4, 0.6)]]
+    expected = [[(1.1, 1.7, " 100")], [(10.0, 10.4, " 200"), (10.4, 10.9, " 201")], [(11.0, 11.4, " 300")]]
+    _, segments = stitch([window], EN, lambda ids: " " + "-".join(map(str, ids)), timestamps=True)
+    assert [[(w.start, w.end, w.word) for w in g.words] for g in segments] == expected
+    for segment in segments:  # every word inside its segment's span on the input's timeline
+        assert all(segment.start <= w.start <= w.end <= segment.end for w in segment.words)
+    _, segments = stitch([window], EN, lambda ids: " " + "-".join(map(str, ids)), timestamps=False)
+    assert [(w.start, w.end, w.word) for w in segments[0].words] == [w for seg in expected for w in seg]
+    window.words = None
+    _, segments = stitch([window], EN, lambda ids: " " + "-".join(map(str, ids)), timestamps=True)
+    assert all(g.words is None for g in segments)

@@ -127,16 +127,22 @@ def _hf_word_spans(tokenizer, sequence, hf_times, words):
     return spans
 
 
+FALLBACK = dict(timestamps=True, temperature=(0.0, 0.5), best_of=2, log_prob_threshold=-0.01,
+                no_speech_threshold=None)  # every window fails at 0.0 and keeps its sampled attempt at 0.5
+
+
 @pytest.mark.parametrize("options", [dict(beam_width=2, timestamps=True), dict(vad_filter=True, timestamps=True),
-                                     dict(condition_on_previous_text=True, timestamps=True)])
-def test_words_with_beams_vad_and_sequential_windows(tiny_llm, options):
+                                     dict(condition_on_previous_text=True, timestamps=True), FALLBACK])
+def test_words_with_beams_vad_sequential_windows_and_fallback(tiny_llm, options):
     from seq2seq_engine.transcription import transcribe
     clips = [os.path.join(require_speech_clips(), clip) for clip in CLIPS]
     plain = transcribe(tiny_llm, clips, use_tqdm=False, **options)
     results = transcribe(tiny_llm, clips, word_timestamps=True, use_tqdm=False, **options)
     for result, reference in zip(results, plain):
         assert [s.text for s in result.segments] == [s.text for s in reference.segments]
-        _check_words(result)
+        _check_words(result)  # the words are the kept attempt's
+        if options is FALLBACK:
+            assert result.segments and all(s.temperature == 0.5 for s in result.segments)
     manager = tiny_llm.llm_engine.scheduler.block_manager
     assert manager.get_num_free_gpu_blocks() == tiny_llm.llm_engine.cache_config.num_gpu_blocks
 

@@ -92,7 +92,8 @@ def test_time_words_uses_start_frames_and_mean_probability():
 
 def _result():
     words = [Word(0.0, 0.4, " One", 0.9), Word(0.4, 0.9, " two", 0.8), Word(0.9, 1.5, " three.", 0.7)]
-    return TranscriptionResult("One two three.", "en", [Segment(0.0, 1.6, "One two three.", words)], None, 2.0)
+    segment = Segment(0.0, 1.6, "One two three.", words=words)
+    return TranscriptionResult("One two three.", "en", [segment], None, 2.0)
 
 
 def test_word_cues_and_json_words():
@@ -120,3 +121,19 @@ def test_cli_max_words_per_line():
     err = io.StringIO()
     assert args.word_timestamps and transcribe_cli.run(args, io.StringIO(), err) == 2
     assert "--max-words-per-line" in err.getvalue()
+
+
+def test_cli_word_flags_make_options_and_reach_the_folder_writer(tmp_path):
+    import argparse
+    from seq2seq_engine.entrypoints import transcribe_cli
+    from seq2seq_engine.entrypoints.audio_files import AudioJob
+    from seq2seq_engine.entrypoints.transcribe_flags import options_from_args
+    from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter
+    parser = transcribe_cli.configure_parser(argparse.ArgumentParser())
+    assert not options_from_args(parser.parse_args(["a.wav"])).word_timestamps
+    assert options_from_args(parser.parse_args(["a.wav", "--word-timestamps"])).word_timestamps
+    assert options_from_args(parser.parse_args(["a.wav", "--max-words-per-line", "2"])).word_timestamps
+    writer = OutputWriter([AudioJob("a.wav", "a")], str(tmp_path), "srt", 2)
+    writer(0, _result())
+    assert (tmp_path / "a.srt").read_text(encoding="utf-8") == to_srt(_result(), 2)
+    assert to_srt(_result(), 2).count("-->") == 2
