@@ -44,6 +44,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--output-format", default="txt", choices=list(OUTPUT_FORMATS))
     parser.add_argument("--output-dir", default=None, help="write one file per input here (created)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--quantization", default=None, choices=["int8"],
+                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--kv-cache-space-gb", type=float, default=1.0)
     parser.add_argument("--swap-space-gb", type=float, default=0.1, help="CPU swap pool for preempted windows")
@@ -112,8 +114,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         from seq2seq_engine.model_loader.resolver import resolve_model_path
         from seq2seq_engine.transcription.pipeline import transcribe
 
-        llm = LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,
-                  kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
+        llm = LLM(resolve_model_path(args.model), dtype=args.dtype, quantization=args.quantization,
+                  device=args.device, kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
                   swap_space_gb=args.swap_space_gb)
         results = transcribe(llm, list(args.audio), language=args.language, task=args.task,
                              timestamps=args.timestamps, condition_on_previous_text=args.condition_on_previous_text,
