@@ -123,9 +123,19 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
                                   attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        weight = self.lm_head.weight if self.lm_head is not None else self.model.shared.weight
-        logits = F.linear(hidden_states, weight) + self.final_logits_bias
-        return logits.float()
+        if self.lm_head is None:
+            logits = F.linear(hidden_states, self.model.shared.weight)
+        else:
+            logits = self.lm_head(hidden_states)
+        return (logits + self.final_logits_bias).float()
+
+    def tied_lm_head_weight(self) -> Optional[torch.Tensor]:
+        """The embedding matrix the logits projection reuses (None when lm_head has its own weight)."""
+        return self.model.shared.weight if self.lm_head is None else None
+
+    def set_lm_head(self, head: nn.Module) -> None:
+        """Give the logits projection its own module (an int8 copy of the tied weight, models/int8.py)."""
+        self.lm_head = head
 
     # -------------------------------------------------------------------------------------------- weights
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:

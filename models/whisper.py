@@ -109,8 +109,17 @@ class WhisperForConditionalGeneration(EncoderDecoderForGeneration):
         return self.model.decoder(input_ids, positions, encoder_hidden_states, caches, attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        weight = self.model.decoder.embed_tokens.weight if self.proj_out is None else self.proj_out.weight
-        return F.linear(hidden_states, weight).float()
+        if self.proj_out is None:
+            return F.linear(hidden_states, self.model.decoder.embed_tokens.weight).float()
+        return self.proj_out(hidden_states).float()
+
+    def tied_lm_head_weight(self) -> Optional[torch.Tensor]:
+        """The embedding matrix the logits projection reuses (None when proj_out has its own weight)."""
+        return self.model.decoder.embed_tokens.weight if self.proj_out is None else None
+
+    def set_lm_head(self, head: nn.Module) -> None:
+        """Give the logits projection its own module (an int8 copy of the tied weight, models/int8.py)."""
+        self.proj_out = head
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         aliases = {"proj_out.weight": "model.decoder.embed_tokens.weight"} if self.tie_word_embeddings else {}

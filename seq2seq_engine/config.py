@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 # The dtypes the engine runs in, by name (their torch.dtype comes from torch_dtype()).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+_QUANTIZATION_METHODS = (None, "int8")  # int8: Linear layers on int8 weights and activations (models/int8.py)
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
 _DEFAULT_MAX_BEAM_WIDTH = 16
@@ -48,6 +49,7 @@ class ModelConfig:
     eos_token_id: Optional[int] = None
     pad_token_id: Optional[int] = None
     dtype: str = "float32"
+    quantization: Optional[str] = None
     seed: int = 0
     skip_tokenizer_init: bool = False
     # Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default; each entry is a Python dict).
@@ -61,6 +63,11 @@ class ModelConfig:
             raise ValueError(f"max_logprobs must be a non-negative integer, got {self.max_logprobs!r}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
+        if self.quantization not in _QUANTIZATION_METHODS:
+            raise ValueError(f"quantization must be None or 'int8', got {self.quantization!r}")
+        if self.quantization == "int8" and self.dtype != "float32":
+            raise ValueError(f"quantization='int8' computes around its int8 matmuls in float32: dtype must be "
+                             f"'float32', got {self.dtype!r}")
         if self.is_encoder_decoder:
             if self.max_source_positions is None:
                 raise ValueError("max_source_positions is required for an encoder/decoder model")
@@ -168,6 +175,13 @@ class EngineConfig:
     scheduler_config: SchedulerConfig
     device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)
 
+    def __post_init__(self) -> None:
+        if self.model_config.quantization == "int8":
+            from seq2seq_engine.models.int8 import int8_unsupported_reason
+            reason = int8_unsupported_reason(self.device_config.resolved)
+            if reason:
+                raise ValueError(reason)
+
 
 def _first_token_id(value) -> Optional[int]:
     """Configs may give a token id as an int or a list (several EOS ids); the engine keeps the first."""
@@ -178,7 +192,7 @@ def _first_token_id(value) -> Optional[int]:
 
 def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", seed: int = 0,
                          skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None,
-                         max_logprobs: int = 20) -> ModelConfig:
+                         max_logprobs: int = 20, quantization: Optional[str] = None) -> ModelConfig:
     """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
     Whisper: max_source_positions / max_target_positions)."""
     is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
@@ -198,5 +212,5 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         bos_token_id=_first_token_id(getattr(hf_config, "bos_token_id", None)),
         eos_token_id=_first_token_id(getattr(hf_config, "eos_token_id", None)),
         pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
-        dtype=dtype, seed=seed, skip_tokenizer_init=skip_tokenizer_init, max_logprobs=max_logprobs,
-        hf_config=hf_config)
+        dtype=dtype, quantization=quantization, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
+        max_logprobs=max_logprobs, hf_config=hf_config)

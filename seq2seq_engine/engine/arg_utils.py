@@ -13,6 +13,7 @@ from seq2seq_engine.platforms.cpu_memory import DEFAULT_MAX_BATCHED_TOKENS, cpu_
 class EngineArgs:
     model: str
     dtype: str = "float32"
+    quantization: Optional[str] = None   # "int8": int8 weights and dynamic int8 activations in the Linear layers
     seed: int = 0
     block_size: int = 16
     max_num_seqs: int = 256
@@ -37,7 +38,7 @@ class EngineArgs:
     def create_engine_config(self, hf_config: Any) -> EngineConfig:
         """Block counts are left unset here: they depend on the model's KV geometry (see engine builder)."""
         model_config = model_config_from_hf(self.model, hf_config, self.dtype, self.seed, self.skip_tokenizer_init,
-                                            self.max_model_len, self.max_logprobs)
+                                            self.max_model_len, self.max_logprobs, self.quantization)
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
         device_config = DeviceConfig(self.device)
         # By default one step can hold the longest possible prefill (encoder + decoder prompt); on the CPU the

@@ -86,7 +86,7 @@ class LLMEngine:
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
-        model, _ = load_model(model_dir, torch_dtype(args.dtype), device)
+        model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization)
         tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
         return cls(config, model, tokenizer, args.gpu_memory_utilization,
                    GenerationDefaults.from_model_dir(model_dir))

@@ -74,6 +74,8 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
         group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART)")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    engine.add_argument("--quantization", default=None, choices=["int8"],
+                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
     engine.add_argument("--device", default="auto", help="auto, cpu or cuda")
     engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
     engine.add_argument("--max-num-seqs", type=int, default=256)
@@ -133,8 +135,9 @@ def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
     """Write one JSON line per input; returns (results written, inputs refused)."""
     from seq2seq_engine.entrypoints.llm import LLM
     prompts = read_prompts(args.input)
-    llm = LLM(args.model, dtype=args.dtype, device=args.device, skip_tokenizer_init=args.skip_tokenizer_init,
-              kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs)
+    llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, device=args.device,
+              skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
+              max_num_seqs=args.max_num_seqs)
     overrides = overrides_from_args(args)
     requests = ((prompt, dict(overrides)) for prompt in _translation_prompts(prompts, llm.get_tokenizer(), args))
     written = failed = 0

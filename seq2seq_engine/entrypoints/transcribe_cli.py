@@ -62,6 +62,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "whose file exists are skipped")
     parser.add_argument("--overwrite", action="store_true", help="with --output-dir: redo inputs whose file exists")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--quantization", default=None, choices=["int8"],
+                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--kv-cache-space-gb", type=float, default=1.0)
     parser.add_argument("--swap-space-gb", type=float, default=0.1, help="CPU swap pool for preempted windows")
@@ -152,7 +154,7 @@ def _load_model(args: argparse.Namespace) -> Any:
     from seq2seq_engine.entrypoints.llm import LLM
     from seq2seq_engine.model_loader.resolver import resolve_model_path
 
-    return LLM(resolve_model_path(args.model), dtype=args.dtype, device=args.device,
+    return LLM(resolve_model_path(args.model), dtype=args.dtype, quantization=args.quantization, device=args.device,
                kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
                swap_space_gb=args.swap_space_gb)
 

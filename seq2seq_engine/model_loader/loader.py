@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, List, Tuple, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
 import torch
 
@@ -73,9 +73,10 @@ def load_config(model_dir: Union[str, os.PathLike]):
 
 
 def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32,
-               device: Union[str, torch.device] = "cpu"):
+               device: Union[str, torch.device] = "cpu", quantization: Optional[str] = None):
     """(model, hf_config): the engine model for the directory's architecture, weights loaded, cast to `dtype`,
-    moved to `device`, in eval mode."""
+    moved to `device`, in eval mode; with quantization="int8" its Linear layers then run in int8
+    (seq2seq_engine.models.int8)."""
     model_dir = os.fspath(model_dir)
     hf_config = load_config(model_dir)
     model_class = resolve_model_class(getattr(hf_config, "architectures", None))
@@ -84,4 +85,7 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
     model.load_weights(iterate_weights(model_dir))
     model = model.to(device=device, dtype=dtype)
     model.eval()
+    if quantization is not None:
+        from seq2seq_engine.models.int8 import quantize_model
+        quantize_model(model, quantization)
     return model, hf_config

@@ -1,0 +1,127 @@
+"""int8 Linear layers: per-channel int8 weights, dynamic int8 activations, torch's fbgemm kernel (decisions §33)."""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+QUANTIZATION_METHODS = ("int8",)
+# FBGEMM_ENABLE_INSTRUCTIONS values that make fbgemm run without VNNI (vpmaddubsw pairs saturate at int16).
+_NO_VNNI_ISAS = ("AVX2", "AVX512", "AVX512_256")
+
+
+def int8_unsupported_reason(device: str) -> Optional[str]:
+    """Why quantization="int8" cannot run here (None when it can): it needs torch's fbgemm kernels on a CPU."""
+    if device != "cpu":
+        return f"quantization='int8' runs on the CPU only (fbgemm kernels), not on {device!r}"
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return ("quantization='int8' needs torch's fbgemm quantized engine (x86-64 CPUs with AVX2), which this "
+                f"torch build lacks (engines: {torch.backends.quantized.supported_engines})")
+    return None
+
+
+def activations_need_reduced_range() -> bool:
+    """True where fbgemm multiplies without VNNI: its AVX2/AVX-512 int8 kernels add pairs of u8 x s8 products in
+    int16 with saturation, so activations must be quantized to 7 bits (0..127) to keep every pair in range. With
+    AVX-512 VNNI the products accumulate straight into int32 and all 8 bits are used."""
+    forced = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").strip().upper()
+    if forced in _NO_VNNI_ISAS:
+        return True
+    return not (torch.cpu._is_avx512_supported() and torch.cpu._is_vnni_supported())
+
+
+def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(int8 [N, K], float32 scale [N]): symmetric per-output-channel quantization, q = round(w / scale) with
+    scale = max |w_row| / 127 (1 for an all-zero row), so q is in [-127, 127] and |w - q * scale| <= scale / 2."""
+    weight = weight.detach().float()
+    amax = weight.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    qweight = torch.round(weight / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return qweight, scale
+
+
+def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]):
+    """fbgemm's packed form of the weight (and float32 bias). fbgemm's prepack takes a per-channel qint8 tensor,
+    a dtype torch 2.13 deprecates (warning at creation, pytorch issue 184982) but still runs; the deprecated tensor
+    lives only inside this function."""
+    engine = torch.backends.quantized.engine
+    if engine not in ("x86", "fbgemm"):
+        torch.backends.quantized.engine = "x86"      # x86 and fbgemm both pack linear weights with fbgemm
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
+            qtensor = torch._make_per_channel_quantized_tensor(
+                qweight, scale.double(), torch.zeros_like(scale, dtype=torch.int64), 0)
+        return torch.ops.quantized.linear_prepack(qtensor, None if bias is None else bias.detach().float())
+    finally:
+        torch.backends.quantized.engine = engine
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b from an int8 W with per-output-channel scales; x is quantized per call to uint8 with one
+    scale and zero point for the whole input (from its min and max), by fbgemm inside
+    `torch.ops.quantized.linear_dynamic`, which accumulates in int32 and writes float32 with the bias added.
+
+    `weight` (int8) and `weight_scale` are kept for inspection and `dequantized_weight()`; the kernel reads its own
+    packed copy. Inputs must be float32 CPU tensors of any leading shape."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                 reduce_range: Optional[bool] = None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        qweight, scale = quantize_weight(weight)
+        self.register_buffer("weight", qweight)
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.reduce_range = activations_need_reduced_range() if reduce_range is None else reduce_range
+        self._packed = _prepack(qweight, scale, self.bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None) -> "Int8Linear":
+        return cls(linear.weight, linear.bias, reduce_range)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The float32 weight the int8 one stands for: q * scale."""
+        return self.weight.float() * self.weight_scale[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            raise TypeError(f"Int8Linear takes float32 inputs, got {x.dtype}")
+        rows = x.reshape(-1, self.in_features)
+        if rows.shape[0] == 0:
+            return x.new_empty(*x.shape[:-1], self.out_features)
+        out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"reduce_range={self.reduce_range}")
+
+
+def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None) -> int:
+    """Replace every nn.Linear inside `module` (fused projections included: one int8 matmul for q/k/v) by an
+    Int8Linear built from its weights, in place; returns how many were replaced."""
+    replaced = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8Linear.from_linear(child, reduce_range))
+                replaced += 1
+    return replaced
+
+
+def quantize_model(model: nn.Module, method: str = "int8") -> nn.Module:
+    """Run the model's Linear layers in int8, in place: every nn.Linear, and the logits projection of models whose
+    head is tied to the embeddings (`model.tied_lm_head_weight()`, when the model defines it), which gets an
+    int8 copy while the embedding lookup stays float32. The model must already be float32 on the CPU."""
+    if method not in QUANTIZATION_METHODS:
+        raise ValueError(f"quantization must be one of {QUANTIZATION_METHODS} or None, got {method!r}")
+    reduce_range = activations_need_reduced_range()
+    quantize_linears(model, reduce_range)
+    tied = getattr(model, "tied_lm_head_weight", None)
+    if tied is not None and tied() is not None:
+        model.set_lm_head(Int8Linear(tied(), None, reduce_range))
+    return model

@@ -1,0 +1,140 @@
+"""quantization="int8": Int8Linear against a plain-torch reference of its dequantized weights, weight quantization,
+model conversion (fused projections, tied heads), option validation and the engine on tiny random models."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_reference import build_tiny_model
+from seq2seq_engine.config import ModelConfig
+from seq2seq_engine.models.int8 import (Int8Linear, activations_need_reduced_range, int8_unsupported_reason,
+                                        quantize_weight)
+
+pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
+
+
+def _random(shape, seed, scale=1.0):
+    """Gaussian values plus an offset so that no entry is zero and inputs are not centred on 0."""
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=generator) + 0.3) * scale
+
+
+def _activation_scale(x: torch.Tensor, reduce_range: bool) -> float:
+    """The uint8 step fbgemm picks for x: its range widened to include 0, over 255 levels (127 when reduced)."""
+    low, high = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+    return (high - low) / (127 if reduce_range else 255)
+
+
+# ------------------------------------------------------------------------------------------------ weights
+def test_quantize_weight_is_symmetric_per_channel_within_half_a_step():
+    weight = _random((48, 96), 0)
+    weight[5] = 0.0                                   # an all-zero row gets scale 1, not a division by zero
+    qweight, scale = quantize_weight(weight)
+    assert qweight.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (48,)
+    assert int(qweight.abs().max()) == 127 and bool((qweight[5] == 0).all()) and scale[5] == 1.0
+    rows = [i for i in range(48) if i != 5]
+    assert torch.equal(qweight[rows].abs().amax(dim=1), torch.full((47,), 127, dtype=torch.int8))
+    error = (qweight.float() * scale[:, None] - weight).abs()
+    assert bool((error <= scale[:, None] / 2 * (1 + 1e-6)).all())
+
+
+# ------------------------------------------------------------------------------------------------ kernel
+@pytest.mark.parametrize("reduce_range", [False, True])
+@pytest.mark.parametrize("rows, k, n, bias", [(1, 64, 32, True), (37, 256, 96, True), (300, 512, 384, False)])
+def test_int8_linear_matches_dequantized_reference_within_the_activation_rounding(rows, k, n, bias, reduce_range):
+    """y_int8 - x W_deq^T comes only from rounding x to the uint8 grid (step s): each of the K products is off by
+    at most s * |W_deq[n, k]| (half a step of rounding plus at most half a step from the zero point's rounding),
+    so |error| <= s * ||W_deq[n]||_1 always. Independent rounding errors are uniform in +-s/2, so the error's RMS
+    is close to s / sqrt(12) * ||W_deq[n]||_2, which also shows the activations really were quantized."""
+    weight, x = _random((n, k), 1, k ** -0.5), _random((rows, k), 2)
+    b = _random((n,), 3) if bias else None
+    layer = Int8Linear(weight, b, reduce_range=reduce_range)
+    assert layer.weight.dtype == torch.int8 and layer.reduce_range is reduce_range
+    w_deq = layer.dequantized_weight()
+    reference = F.linear(x, w_deq, b)
+    with torch.inference_mode():
+        out = layer(x)
+    step = _activation_scale(x, reduce_range)
+    error = (out - reference).abs()
+    bound = step * w_deq.abs().sum(dim=1) + 1e-4 * reference.abs().max()
+    assert bool((error <= bound).all()), float((error - bound).max())
+    if rows * n >= 1000:
+        expected_rms = step / math.sqrt(12) * w_deq.norm(dim=1).pow(2).mean().sqrt()
+        assert 0.5 * expected_rms < error.pow(2).mean().sqrt() < 1.5 * expected_rms
+
+
+def test_int8_linear_is_close_to_float_and_keeps_leading_dimensions():
+    weight, b = _random((64, 128), 4, 128 ** -0.5), _random((64,), 5)
+    x = _random((3, 5, 128), 6)
+    layer = Int8Linear(weight, b)
+    out = layer(x)
+    assert out.shape == (3, 5, 64) and out.dtype == torch.float32
+    reference = F.linear(x, weight, b)
+    assert (out - reference).abs().max() < 0.03 * reference.abs().max()
+    assert layer(x[:0]).shape == (0, 5, 64) and layer(x.reshape(15, 128)[:0]).shape == (0, 64)
+    with pytest.raises(TypeError, match="float32"):
+        layer(x.bfloat16())
+
+
+def test_reduced_range_follows_vnni_and_a_forced_fbgemm_isa(monkeypatch):
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
+    assert activations_need_reduced_range()
+    monkeypatch.delenv("FBGEMM_ENABLE_INSTRUCTIONS")
+    vnni = torch.cpu._is_avx512_supported() and torch.cpu._is_vnni_supported()
+    assert activations_need_reduced_range() is (not vnni)
+
+
+# ------------------------------------------------------------------------------------------------ models
+@pytest.mark.parametrize("arch, head", [("whisper", "proj_out"), ("bart", "lm_head"), ("llama", "lm_head")])
+def test_load_model_int8_replaces_every_linear_and_the_tied_head(arch, head, tmp_path):
+    from seq2seq_engine.model_loader.loader import load_model
+    model_dir, _ = build_tiny_model(arch, tmp_path)
+    model, _ = load_model(model_dir, quantization="int8")
+    float_model, _ = load_model(model_dir)
+    assert not [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    int8_layers = {name for name, m in model.named_modules() if isinstance(m, Int8Linear)}
+    float_layers = {name for name, m in float_model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert float_layers <= int8_layers and head in int8_layers
+    fused = [name for name in int8_layers if name.endswith("qkv_proj")]
+    assert fused and all(model.get_submodule(n).out_features == 3 * model.get_submodule(n).in_features
+                         for n in fused if arch != "llama")
+    hidden = _random((4, model.get_submodule(head).in_features), 7)
+    logits, float_logits = model.compute_logits(hidden), float_model.compute_logits(hidden)
+    assert (logits - float_logits).abs().max() < 0.05 * float_logits.abs().max()
+
+
+def test_int8_option_is_validated():
+    base = dict(model="m", vocab_size=10, max_target_positions=8, is_encoder_decoder=False)
+    assert ModelConfig(**base, quantization="int8").quantization == "int8"
+    with pytest.raises(ValueError, match=r"^quantization must be None or 'int8', got 'int4'"):
+        ModelConfig(**base, quantization="int4")
+    with pytest.raises(ValueError, match=r"dtype must be 'float32', got 'bfloat16'"):
+        ModelConfig(**base, dtype="bfloat16", quantization="int8")
+    assert "CPU only" in int8_unsupported_reason("cuda")
+
+
+def test_llm_rejects_int8_off_the_cpu(tmp_path):
+    from seq2seq_engine import LLM
+    model_dir, _ = build_tiny_model("gpt2", tmp_path)
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        LLM(model_dir, quantization="int8", device="cuda", skip_tokenizer_init=True)
+    with pytest.raises(ValueError, match="^quantization must be None or 'int8'"):
+        LLM(model_dir, quantization="fp8", skip_tokenizer_init=True)
+
+
+@pytest.mark.parametrize("arch", ["bart", "llama"])
+def test_llm_generates_with_int8_linears(arch, tmp_path):
+    """The engine runs the int8 model end to end; on these random models the first greedy token matches float."""
+    from seq2seq_engine import LLM, SamplingParams
+    model_dir, _ = build_tiny_model(arch, tmp_path)
+    prompt = {"prompt_token_ids": [5, 17, 42, 9, 77]}
+    params = SamplingParams(max_tokens=6, temperature=0.0, logprobs=1)
+    outputs = {}
+    for quantization in (None, "int8"):
+        llm = LLM(model_dir, quantization=quantization, skip_tokenizer_init=True, kv_cache_space_gb=0.01)
+        outputs[quantization] = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    model = llm.llm_engine.model_runner.model
+    assert any(isinstance(m, Int8Linear) for m in model.modules())
+    assert len(outputs["int8"].token_ids) == 6
+    assert outputs["int8"].token_ids[0] == outputs[None].token_ids[0]
