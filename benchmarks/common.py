@@ -264,4 +264,3 @@ def speed_table(runs: List[EngineRun], first_columns: List[str], first_cells: Ca
                        f"{run.run_peak_rss_mib:.0f}", f"{run.peak_rss_mib:.0f}"]
                     + ratio_cells(run, runs) + agreement_cells(run, reference))
     print_markdown(header, rows)
-

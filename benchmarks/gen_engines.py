@@ -15,12 +15,12 @@ import json
 import math
 from typing import Dict, List, Optional
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 import torch
 import transformers
-
 from common import EngineRun, timed_run
-from seq2seq_engine import BeamSearchParams, LLM, SamplingParams
+
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
+from seq2seq_engine import LLM, BeamSearchParams, SamplingParams
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt, TokensPrompt
 
 

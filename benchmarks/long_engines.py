@@ -8,11 +8,11 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 import torch
-
 from common import EngineRun, timed_run
 from whisper_engines import MAX_NEW_TOKENS, ct2_model_dir
+
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 
 WINDOW_S = 30.0
 Segments = List[Tuple[float, float, str]]
@@ -66,8 +66,9 @@ def _output(text: str, segments: Segments) -> Dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- ours
 def run_ours(job: LongJob, dtype: str) -> EngineRun:
     """LLM(dtype).transcribe(all recordings in one call, timestamps=True, **options)."""
-    from seq2seq_engine import LLM
     import transformers
+
+    from seq2seq_engine import LLM
     torch.set_num_threads(job.threads)
     config = transformers.AutoConfig.from_pretrained(job.hf_dir)
     beam = int(job.options.get("beam_width", 1) or 1)

@@ -16,14 +16,14 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
-import transformers  # noqa: E402
-from wer import corpus_wer, normalize  # noqa: E402
-
 import long_audio  # noqa: E402
+import transformers  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, environment_line, print_markdown, ratio_cells,  # noqa: E402
                     ratio_columns, run_rounds)
 from long_engines import LongJob, accepted_options, int8_supported, run_fw, run_ours  # noqa: E402
+from wer import corpus_wer, normalize  # noqa: E402
+
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
 ON_OFF = {"on": True, "off": False}

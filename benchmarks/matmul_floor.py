@@ -23,15 +23,15 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
-import torch  # noqa: E402
-
 import throughput  # noqa: E402
+import torch  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_markdown, print_run_header,  # noqa: E402
                     run_rounds, timed_run)
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
-from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
+
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.model_loader.loader import load_model  # noqa: E402
+from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 
 
 class Step(NamedTuple):

@@ -17,9 +17,9 @@ import sys
 import tempfile
 import time
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 import torch
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.attention.backends.torch_backend import TorchAttentionBackend
 from seq2seq_engine.sampling.sampler import Sampler
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
         rate = matmul_rate_gflops()
         achieved = flops / (decode["linear (weights)"] + decode["logits projection"]) / 1e6
         print_profile(f"decode step (batch {args.batch})", decode)
-    print(f"decode linear layers + logits: {flops / 1e9:.2f} GFLOP at {achieved:.1f} GFLOP/s = {achieved / rate:.0%} of the "
-          f"measured {rate:.1f} GFLOP/s fp32 matmul rate (2048^2)")
+    print(f"decode linear layers + logits: {flops / 1e9:.2f} GFLOP at {achieved:.1f} GFLOP/s = "
+          f"{achieved / rate:.0%} of the measured {rate:.1f} GFLOP/s fp32 matmul rate (2048^2)")
     return 0
 
 

@@ -15,9 +15,9 @@ import statistics
 import sys
 import time
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 import torch
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 
@@ -49,7 +49,8 @@ def main(argv=None) -> int:
         times.append(time.perf_counter() - start)
     decode_ms = [t * 1e3 for t in times[1:]]
     print(f"{args.model}: {args.prompts} prompts, threads {args.threads}, "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')} "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')}")
     print(f"prefill step: {times[0]:.3f} s")
     print(f"decode steps: median {statistics.median(decode_ms):.1f} ms, min {min(decode_ms):.1f}, "
           f"max {max(decode_ms):.1f} over {len(decode_ms)} steps")

@@ -1,4 +1,4 @@
-"""Native CPU kernels: C sources in kernels/csrc/ compiled once per machine with the system C compiler, loaded by ctypes.
+"""Native CPU kernels: C sources in kernels/csrc/ compiled once per machine by the system C compiler, loaded by ctypes.
 
 No torch headers and no build step at install time: the first call compiles the source (about a second) into
 ``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source, the compiler command and this CPU's

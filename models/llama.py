@@ -13,6 +13,7 @@ from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
 from seq2seq_engine.kernels import native_fused as fused_ops
+
 from .utils import WeightLoader, as_kv_cache_list, get_activation
 
 

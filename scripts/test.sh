@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup_env.sh) and runs the whole test suite; pytest's "no tests" (exit 5) is a failure.
+# Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort) and runs the whole test suite; pytest's
+# "no tests" (exit 5) is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+.venv/bin/python -m flake8
+.venv/bin/python -m isort --check-only --diff .
 set +e
 .venv/bin/python -m pytest -q "$@"
 status=$?

@@ -5,9 +5,8 @@ apply_openmp_defaults()  # before anything imports torch (see platforms/openmp.p
 
 from seq2seq_engine.beam_search_params import BeamSearchParams  # noqa: E402
 from seq2seq_engine.generation_defaults import GenerationDefaults  # noqa: E402
-from seq2seq_engine.inputs import (EncoderDecoderInputs,  # noqa: E402
-                                   ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt,
-                                   zip_enc_dec_prompts)
+from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt,  # noqa: E402
+                                   TokensPrompt, zip_enc_dec_prompts)
 from seq2seq_engine.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from seq2seq_engine.sampling_params import SamplingParams  # noqa: E402
 

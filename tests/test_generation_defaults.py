@@ -4,8 +4,8 @@ import json
 
 import pytest
 import torch
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine import LLM, BeamSearchParams, GenerationDefaults, SamplingParams, TokensPrompt
 
 CNN_LIKE = {"num_beams": 4, "length_penalty": 2.0, "min_length": 56, "max_length": 142, "no_repeat_ngram_size": 3,

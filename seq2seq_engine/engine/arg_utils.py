@@ -4,8 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from seq2seq_engine.config import (CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig,
-                                   model_config_from_hf)
+from seq2seq_engine.config import CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig, model_config_from_hf
 from seq2seq_engine.platforms.cpu_memory import DEFAULT_MAX_BATCHED_TOKENS, cpu_max_batched_tokens
 
 
@@ -42,7 +41,8 @@ class EngineArgs:
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
         device_config = DeviceConfig(self.device)
         # By default one step can hold the longest possible prefill (encoder + decoder prompt); on the CPU the
-        # budget also keeps a step's activations small enough for malloc to reuse (seq2seq_engine/platforms/cpu_memory.py).
+        # budget also keeps a step's activations small enough for malloc to reuse
+        # (seq2seq_engine/platforms/cpu_memory.py).
         longest_prefill = max_model_len + max_encoder_len
         max_batched = self.max_num_batched_tokens or (
             cpu_max_batched_tokens(hf_config, longest_prefill) if device_config.resolved == "cpu"

@@ -9,9 +9,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.core.scheduler import Scheduler
+from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.sampling.beam_search import BeamCandidate, BeamSearchState, BeamSpec, beam_search_step
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
-from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.tokenization.detokenizer import Detokenizer
 
 # Per running beam: its top candidate token ids and their log-probs, best first.

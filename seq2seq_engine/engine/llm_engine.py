@@ -14,10 +14,10 @@ from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spe
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import EngineConfig, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
-from seq2seq_engine.platforms.cpu_memory import tune_malloc
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
@@ -25,15 +25,14 @@ from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.outputs import RequestOutput
+from seq2seq_engine.platforms.cpu_memory import tune_malloc
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceGroup
-from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.tokenization.detokenizer import Detokenizer
 from seq2seq_engine.tokenization.tokenizer import get_tokenizer
-from seq2seq_engine.worker.cache_engine import (CacheEngine, cache_block_bytes, num_blocks_for_bytes,
-                                                profile_cuda_blocks)
+from seq2seq_engine.worker.cache_engine import CacheEngine, cache_block_bytes, num_blocks_for_bytes, profile_cuda_blocks
 from seq2seq_engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -77,6 +76,7 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
         from transformers import AutoConfig
+
         # Only a directory needs config.json here; a .gguf file or a short name goes on to the resolver.
         if os.path.isdir(args.model) and not os.path.isfile(os.path.join(args.model, "config.json")):
             raise FileNotFoundError(f"model {args.model!r} is not a model directory (no config.json there)")

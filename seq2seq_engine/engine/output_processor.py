@@ -7,9 +7,9 @@ from typing import Callable, Dict, List, Optional, Sequence as Seq, Tuple
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
 from seq2seq_engine.engine.beam_output import BeamOutputProcessor, Candidates
+from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.sampling.sampler import SamplerOutput
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
-from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.tokenization.detokenizer import Detokenizer
 
 

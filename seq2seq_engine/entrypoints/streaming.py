@@ -73,4 +73,3 @@ def _admit(engine: Any, prefix: str, item: Tuple[int, Tuple[Any, Any]], in_fligh
             on_finished()
         return
     in_flight[request_id] = index
-

@@ -22,8 +22,8 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, TextIO
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
-from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments,
-                                                         add_word_arguments, options_from_args)
+from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments, add_word_arguments,
+                                                         options_from_args)
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render

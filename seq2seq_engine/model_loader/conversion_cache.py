@@ -3,7 +3,8 @@
     name = cache_entry_name(source, files, CONVERTER_VERSION, ...)   # changes when any of `files` changes
     hf_dir = convert_into_cache(name, lambda out_dir: convert(source, out_dir), cache_dir)
 
-Used by seq2seq_engine.model_loader.ct2.whisper (CTranslate2 Whisper) and seq2seq_engine.model_loader.gguf.llama (GGUF Llama). Cache root:
+Used by seq2seq_engine.model_loader.ct2.whisper (CTranslate2 Whisper) and seq2seq_engine.model_loader.gguf.llama
+(GGUF Llama). Cache root:
 $SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine.
 """
 from __future__ import annotations

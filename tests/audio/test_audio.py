@@ -10,14 +10,8 @@ import soundfile as sf
 import torch
 from audio_signals import SR, peak_hz, sine
 
-from seq2seq_engine.audio import (
-    N_FRAMES,
-    AudioError,
-    is_silent,
-    load_audio,
-    log_mel_spectrogram_batch,
-    split_into_windows,
-)
+from seq2seq_engine.audio import (N_FRAMES, AudioError, is_silent, load_audio, log_mel_spectrogram_batch,
+                                  split_into_windows)
 
 
 # ---------------------------------------------------------------- loading

@@ -11,15 +11,8 @@ import soundfile as sf
 import torch
 from audio_signals import SR, signal
 
-from seq2seq_engine.audio import (
-    N_FRAMES,
-    AudioError,
-    is_silent,
-    load_audio,
-    log_mel_spectrogram,
-    log_mel_spectrogram_batch,
-    mel_filter_bank,
-)
+from seq2seq_engine.audio import (N_FRAMES, AudioError, is_silent, load_audio, log_mel_spectrogram,
+                                  log_mel_spectrogram_batch, mel_filter_bank)
 
 
 # ---------------------------------------------------------------- helpers

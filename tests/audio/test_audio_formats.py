@@ -7,8 +7,8 @@ import io
 import numpy as np
 import pytest
 import soxr
-
 from av_media import FORMATS, encode, tone, video_only
+
 from seq2seq_engine.audio import AudioError, load_audio
 from seq2seq_engine.audio.loading import open_soundfile
 from seq2seq_engine.audio.stream import iter_windows, samples_hint

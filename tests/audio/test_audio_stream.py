@@ -7,8 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 import soundfile as sf
-
 from av_media import encode, tone
+
 from seq2seq_engine.audio import AudioError, load_audio
 from seq2seq_engine.audio.stream import iter_windows, samples_hint
 

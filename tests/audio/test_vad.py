@@ -12,8 +12,7 @@ import pytest
 import torch
 from conftest import require_speech_clips
 
-from seq2seq_engine.audio import SAMPLE_RATE, load_audio
-from seq2seq_engine.audio import silero as silero_module
+from seq2seq_engine.audio import SAMPLE_RATE, load_audio, silero as silero_module
 from seq2seq_engine.audio.vad import VadOptions, speech_regions
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 import transformers
-
 from hf_reference import build_tiny_model, hf_greedy
+
 from seq2seq_engine import LLM, SamplingParams
 from seq2seq_engine.audio import AudioError
 

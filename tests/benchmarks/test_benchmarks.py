@@ -147,6 +147,7 @@ def test_step_times_quick_reports_prefill_and_decode_steps():
 def test_matmul_floor_step_plan_packs_prompts_then_decodes_live_requests():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from matmul_floor import step_plan
+
     # prompts of 3 and 4 tokens fit a budget of 8 together, the 5-token one does not; requests want 2, 3, 1 tokens.
     # Decode step g (token g+1) runs the requests wanting more than g tokens, each reading prompt + g cached tokens.
     plan = step_plan([[7] * 3, [7] * 4, [7] * 5], [2, 3, 1], budget=8)

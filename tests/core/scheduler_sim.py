@@ -6,14 +6,14 @@ import itertools
 import random
 from typing import Dict, List, Optional
 
-from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.beam_search_params import BeamSearchParams
+from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.beam_output import BeamOutputProcessor, make_beam_state
+from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
-from seq2seq_engine.engine.stop_checker import StopChecker
 
 EOS = 2
 

@@ -1,8 +1,8 @@
 """The block allocator of one device pool (seq2seq_engine.core.block): lowest numbers first, reference counts,
 double frees and foreign blocks refused."""
 import pytest
-
 from block_manager_utils import BLOCK_SIZE
+
 from seq2seq_engine.core.block import BlockAllocator, Device
 
 

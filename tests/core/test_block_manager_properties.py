@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 
 from block_manager_model import BLOCK_SIZE, CPU, GPU, BlockManagerModel
-from hypothesis import settings
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from seq2seq_engine.core.block import Device

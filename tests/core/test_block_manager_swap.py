@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from block_manager_utils import (NUM_CPU, NUM_GPU, allocate_running, blocks_of, grow, make_group, make_manager,
                                  make_seq, new_seq_id)
+
 from seq2seq_engine.core.block import Device
 from seq2seq_engine.core.block_manager import AllocStatus
 from seq2seq_engine.sequence import SequenceStatus

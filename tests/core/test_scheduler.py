@@ -2,8 +2,8 @@
 import itertools
 
 import pytest
-
 from scheduler_sim import make_group, make_scheduler, run_step, run_to_completion
+
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.sequence import SequenceStatus

@@ -5,10 +5,9 @@ import math
 import random
 from collections import Counter
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
+from hypothesis import given, settings, strategies as st
 from scheduler_sim import EOS, make_beam_processor, make_group, make_scheduler, run_step
+
 from seq2seq_engine.sequence import SequenceStatus
 
 BLOCK_SIZE = 4

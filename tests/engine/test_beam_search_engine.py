@@ -2,8 +2,8 @@
 comes back, preemption (swap) of beam requests changes no output, text and stop tokens, and clear request errors."""
 import pytest
 import torch
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.config import SchedulerConfig
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt

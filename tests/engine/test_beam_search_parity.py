@@ -2,9 +2,9 @@
 hypothesis identical (tokens, cumulative logprob, score), all prompts batched in one engine."""
 import pytest
 import torch
-
 from generate_reference import hf_beam_generate
 from hf_reference import build_tiny_model, hf_greedy
+
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
 

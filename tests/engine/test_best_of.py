@@ -3,8 +3,8 @@ log-probs and the model's distribution), the n most likely are returned, and see
 batch they run in."""
 import pytest
 import torch
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 
 VOCAB = 32

@@ -3,8 +3,8 @@ stop conditions, seeds, aborts returning every block, and clear errors for bad r
 import pytest
 import torch
 import transformers
-
 from hf_reference import build_tiny_model, hf_greedy
+
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 
 

@@ -1,8 +1,8 @@
 """prompt_logits_hooks get the raw logits of their decoder-prompt positions once (vs HF, tiny Llama and BART)."""
 import pytest
 import torch
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
 

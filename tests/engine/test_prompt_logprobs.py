@@ -5,8 +5,8 @@ import collections
 
 import pytest
 import torch
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
 from seq2seq_engine.worker import model_runner

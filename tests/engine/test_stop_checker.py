@@ -2,10 +2,10 @@
 include_stop_str_in_output), max_tokens and max_model_len."""
 import pytest
 
+from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.inputs.data import SingletonInputs
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceStatus
-from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.tokenization.detokenizer import Detokenizer
 
 EOS = 2

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from kernel_reference import ref_copy_blocks, ref_paged_attention, ref_reshape_and_cache, ref_swap_blocks
 
-from seq2seq_engine.kernels import copy_blocks, paged_attention, reshape_and_cache, swap_blocks
-from seq2seq_engine.kernels import decode_attention, native
+from seq2seq_engine.kernels import (copy_blocks, decode_attention, native, paged_attention, reshape_and_cache,
+                                    swap_blocks)
 
 HEAD_CONFIGS = [(4, 4), (9, 3), (8, 1)]  # (num_heads, num_kv_heads): MHA, GQA, MQA
 

@@ -7,7 +7,6 @@ import struct
 import torch
 import transformers
 
-
 # --------------------------------------------------------------------------- test-side model.bin writer
 _DTYPE_IDS = {torch.float32: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.float16: 4, torch.bfloat16: 5}
 

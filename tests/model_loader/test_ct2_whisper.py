@@ -13,10 +13,10 @@ import struct
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file
-
 from ct2_whisper_utils import (CT2_CONFIG, VOCAB, check_tokenizer_fixes, hf_to_ct2_variables, make_ct2_dir,
                                tiny_hf_whisper, write_model_bin, write_tokenizer_json)
+from safetensors.torch import load_file
+
 from seq2seq_engine.model_loader.ct2 import whisper as ct2_whisper
 from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files, read_ct2_header
 from seq2seq_engine.model_loader.ct2.whisper import ct2_whisper_to_hf, load_ct2_whisper, main, read_ct2_model

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import torch
 import transformers
-
 from conftest import require_model
 from ct2_whisper_utils import check_tokenizer_fixes
+
 from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files
 from seq2seq_engine.model_loader.ct2.whisper import read_ct2_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from hf_reference import build_tiny_model
+
 from seq2seq_engine.config import ModelConfig
 from seq2seq_engine.models.int8 import (Int8Linear, activations_need_reduced_range, int8_unsupported_reason,
                                         quantize_weight)

@@ -2,10 +2,10 @@
 top-1 logprobs within 1e-4 (float32), also with a KV pool small enough to force preemption."""
 import pytest
 import torch
+from hf_reference import build_tiny_model, hf_greedy
 
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
-from hf_reference import build_tiny_model, hf_greedy
 
 NUM_TOKENS = 32
 

@@ -3,10 +3,10 @@ causal mask with a randomly assigned paged cache, then batched greedy decoding t
 import pytest
 import torch
 import transformers
+from model_test_utils import (build_metadata, decode_metadata, flat_prefill_inputs, last_token_indices, make_kv_caches,
+                              prefill_metadata, random_block_tables)
 
 from seq2seq_engine.model_loader.loader import load_model
-from model_test_utils import (build_metadata, decode_metadata, flat_prefill_inputs, last_token_indices,
-                              make_kv_caches, prefill_metadata, random_block_tables)
 
 VOCAB = 160
 SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)

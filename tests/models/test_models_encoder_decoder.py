@@ -5,9 +5,9 @@ prefill + decode step, and strict weight loading."""
 import pytest
 import torch
 import transformers
+from model_test_utils import (build_metadata, decode_metadata, flat_prefill_inputs, last_token_indices, make_kv_caches,
+                              prefill_metadata, random_block_tables)
 
-from model_test_utils import (build_metadata, decode_metadata, flat_prefill_inputs, last_token_indices,
-                              make_kv_caches, prefill_metadata, random_block_tables)
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.models.bart import BartForConditionalGeneration, MBartForConditionalGeneration
 from seq2seq_engine.models.whisper import WhisperForConditionalGeneration

@@ -7,9 +7,9 @@ import sys
 import pytest
 from transformers import BartConfig, LlamaConfig, WhisperConfig
 
+from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.platforms.cpu_memory import (DEFAULT_MAX_BATCHED_TOKENS, MALLOC_ENV, MMAP_THRESHOLD_MAX,
                                                  cpu_max_batched_tokens, widest_activation)
-from seq2seq_engine.engine.arg_utils import EngineArgs
 
 CONFIGS = {
     "bart-base": BartConfig(d_model=768, encoder_ffn_dim=3072, decoder_ffn_dim=3072),

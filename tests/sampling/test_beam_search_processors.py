@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
-
 from generate_reference import EOS, bart_requests, hf_beam_generate, llama_requests, make_eos_likely
 from hf_reference import build_tiny_model
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS

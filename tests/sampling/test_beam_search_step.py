@@ -5,8 +5,8 @@ import random
 
 import pytest
 import torch
-
 from beam_reference import hf_beam_search, random_logprob_fn
+
 from seq2seq_engine.sampling.beam_search import (BeamHypotheses, BeamSpec, beam_search_step, num_beam_candidates,
                                                  rank_candidates)
 

@@ -4,10 +4,10 @@ tokenizer, and request-time errors (vocab limits, bad_words without a tokenizer)
 import pytest
 import torch
 import transformers
+from hf_reference import build_tiny_model
 
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
-from hf_reference import build_tiny_model
 
 EOS = 2
 

@@ -5,10 +5,10 @@ import collections
 
 import pytest
 import torch
-
-from seq2seq_engine import LLM, SamplingParams
 from generate_reference import EOS, bart_requests, hf_greedy_generate, llama_requests, make_eos_likely
 from hf_reference import build_tiny_model
+
+from seq2seq_engine import LLM, SamplingParams
 
 SETTINGS = ["ngram_repetition", "min_bad_suppress", "forced", "everything"]
 

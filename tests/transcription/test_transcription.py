@@ -16,8 +16,7 @@ import torch
 import transformers
 from conftest import require_model
 
-from seq2seq_engine.transcription import Segment, TranscriptionResult
-from seq2seq_engine.transcription import pipeline as pipeline_module
+from seq2seq_engine.transcription import Segment, TranscriptionResult, pipeline as pipeline_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -256,6 +255,7 @@ def test_cli_writes_one_file_per_input_and_fails_on_bad_ones(tmp_path, speech, t
 def test_cli_output_to_stdout_and_usage_errors(tmp_path):
     import argparse
     import io
+
     from seq2seq_engine.entrypoints import transcribe_cli
     results = [TranscriptionResult("Hello there.", "en", [Segment(0.0, 1.5, "Hello there.")], None, 2.0),
                TranscriptionResult("", None, [], "x.wav: file not found", 0.0),

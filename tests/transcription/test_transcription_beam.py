@@ -13,7 +13,6 @@ from conftest import require_model, require_speech_clips
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.transcription import pipeline as pipeline_module
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

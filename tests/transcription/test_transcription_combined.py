@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
-
 from av_media import encode, speech_clip
 from conftest import require_model
+
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
 from seq2seq_engine.transcription import pipeline as pipeline_module

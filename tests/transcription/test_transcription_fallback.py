@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from test_transcription_units import EN, ts
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.entrypoints import transcribe_cli
@@ -18,7 +19,6 @@ from seq2seq_engine.transcription.fallback import (Attempt, Thresholds, Verdict,
                                                    compression_ratio, rank_score, verdict)
 from seq2seq_engine.transcription.options import resolve_options
 from seq2seq_engine.transcription.window_source import clip_windows
-from test_transcription_units import EN, ts
 
 
 # ---------------------------------------------------------------------------------------------- scores

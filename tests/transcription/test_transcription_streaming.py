@@ -7,11 +7,10 @@ import weakref
 
 import numpy as np
 import pytest
-
 from av_media import FORMATS, encode, speech_clip, video_only
+
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription import pipeline as pipeline_module
-from seq2seq_engine.transcription import window_source
+from seq2seq_engine.transcription import pipeline as pipeline_module, window_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("av")

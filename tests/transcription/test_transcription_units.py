@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 import transformers
-from transformers.generation.logits_process import (SuppressTokensAtBeginLogitsProcessor,
-                                                    SuppressTokensLogitsProcessor, WhisperTimeStampLogitsProcessor)
+from transformers.generation.logits_process import (SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor,
+                                                    WhisperTimeStampLogitsProcessor)
 
 from seq2seq_engine.transcription import (Segment, SuppressTokens, SuppressTokensAtBegin, TranscriptionResult,
                                           WhisperTimestamps, WhisperTokens, WindowTokens, format_timestamp,

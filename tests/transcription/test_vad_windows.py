@@ -104,6 +104,7 @@ def test_missing_vad_weights_are_reported_before_any_audio_is_read(monkeypatch):
 
 def test_stitch_places_a_packed_windows_segments_on_the_input_timeline():
     from test_transcription_units import EN, ts
+
     # The window holds 1-3 s and 10-11.5 s of the input; Whisper says 0.0-0.8 "100", 1.8-3.0 "200 201" (mostly
     # after the splice at 2.0), then text left open to the window's end.
     tokens = [ts(0.0), 100, ts(0.8), ts(1.8), 200, 201, ts(3.0), 300]

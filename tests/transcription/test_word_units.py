@@ -111,6 +111,7 @@ def test_word_cues_and_json_words():
 
 def test_cli_max_words_per_line():
     import argparse
+
     from seq2seq_engine.entrypoints import transcribe_cli
     out = io.StringIO()
     assert transcribe_cli.write_results([_result()], ["a.wav"], "vtt", None, out, io.StringIO(), 3) == 0
@@ -125,6 +126,7 @@ def test_cli_max_words_per_line():
 
 def test_cli_word_flags_make_options_and_reach_the_folder_writer(tmp_path):
     import argparse
+
     from seq2seq_engine.entrypoints import transcribe_cli
     from seq2seq_engine.entrypoints.audio_files import AudioJob
     from seq2seq_engine.entrypoints.transcribe_flags import options_from_args

@@ -143,4 +143,3 @@ def ct2_to_hf_state_dict(variables: Dict[str, torch.Tensor], aliases: Dict[str, 
         if alias != "decoder/projection/weight" or target != "decoder/embeddings/weight":
             raise ValueError(f"unexpected CTranslate2 alias {alias!r} -> {target!r}")
     return state
-
