@@ -15,11 +15,13 @@ import json
 import math
 from typing import Dict, List, Optional
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
+
+# isort: split
 import torch
 import transformers
 from common import EngineRun, timed_run
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt, TokensPrompt
 

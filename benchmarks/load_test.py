@@ -19,10 +19,12 @@ import tempfile
 import time
 from typing import List, Tuple
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
+
+# isort: split
 import torch
 import transformers
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 
 _CONFIGS = {

@@ -8,11 +8,12 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
+
+# isort: split
 import torch
 from common import EngineRun, timed_run
 from whisper_engines import MAX_NEW_TOKENS, ct2_model_dir
-
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 
 WINDOW_S = 30.0
 Segments = List[Tuple[float, float, str]]

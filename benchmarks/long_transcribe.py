@@ -15,6 +15,9 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import long_audio  # noqa: E402
 import transformers  # noqa: E402
@@ -23,7 +26,6 @@ from common import (EngineRun, EngineSpec, add_timing_args, environment_line, pr
 from long_engines import LongJob, accepted_options, int8_supported, run_fw, run_ours  # noqa: E402
 from wer import corpus_wer, normalize  # noqa: E402
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
 ON_OFF = {"on": True, "off": False}

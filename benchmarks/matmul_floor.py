@@ -22,6 +22,9 @@ import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import throughput  # noqa: E402
 import torch  # noqa: E402
@@ -29,7 +32,6 @@ from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_mar
                     run_rounds, timed_run)
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.model_loader.loader import load_model  # noqa: E402
 from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 

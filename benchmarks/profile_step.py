@@ -17,9 +17,11 @@ import sys
 import tempfile
 import time
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 import torch
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.attention.backends.torch_backend import TorchAttentionBackend
 from seq2seq_engine.sampling.sampler import Sampler

@@ -15,9 +15,11 @@ import statistics
 import sys
 import time
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 import torch
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 

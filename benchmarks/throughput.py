@@ -16,6 +16,9 @@ import sys
 import tempfile
 from typing import List, Tuple
 
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -23,7 +26,6 @@ from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print
                     speed_table)
 from gen_engines import GenJob, run_ct2, run_hf, run_ours  # noqa: E402
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
 FIRST_ID = 3  # random prompt ids avoid the special tokens 0 (bos), 1 (pad), 2 (eos / decoder start)

@@ -16,6 +16,9 @@ import os
 import sys
 from typing import List, Optional
 
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import transformers  # noqa: E402
@@ -24,7 +27,6 @@ from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print
 from wer import corpus_wer  # noqa: E402
 from whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours  # noqa: E402
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
 from seq2seq_engine.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 

@@ -8,12 +8,14 @@ import os
 import tempfile
 from typing import Callable, Dict, List, Optional
 
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
+
+# isort: split
 import numpy as np
 import torch
 import transformers
 from common import EngineRun, timed_run
 
-import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch, for every engine run here
 from seq2seq_engine import LLM
 from seq2seq_engine.audio import SAMPLE_RATE, is_silent
 from seq2seq_engine.model_loader.resolver import SHORT_NAMES, _packaged_ct2
