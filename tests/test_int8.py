@@ -161,3 +161,18 @@ def test_an_outlier_row_keeps_the_other_rows_precise():
         return ((out - reference)[normal].norm() / reference[normal].norm()).item()
 
     assert normal_rows_error(True) < 0.02 < 0.2 < normal_rows_error(False)
+
+
+def test_cli_quantization_flag(tmp_path, spm_bart_tokenizer):
+    import json
+    from hf_reference import build_tiny_bart_with_tokenizer
+    from seq2seq_engine.entrypoints.cli import main
+    model_dir, _ = build_tiny_bart_with_tokenizer(tmp_path, spm_bart_tokenizer, max_length=6)
+    (tmp_path / "in.txt").write_text("the quick brown fox\nhello world\n", encoding="utf-8")
+    out_path = tmp_path / "out.jsonl"
+    assert main(["generate", "--model", model_dir, "--input", str(tmp_path / "in.txt"), "--output", str(out_path),
+                 "--quantization", "int8", "--quiet", "--kv-cache-space-gb", "0.05"]) == 0
+    records = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
+    assert [r["index"] for r in records] == [0, 1] and all(r["token_ids"] for r in records)
+    with pytest.raises(SystemExit):
+        main(["generate", "--model", model_dir, "--input", str(tmp_path / "in.txt"), "--quantization", "int4"])
