@@ -45,7 +45,7 @@ def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]):
     """fbgemm's packed form of the weight (and float32 bias). fbgemm's prepack takes a per-channel qint8 tensor,
-    a dtype torch 2.13 deprecates (warning at creation, pytorch issue 184982) but still runs; the deprecated tensor
+    a dtype torch 2.13 deprecates (warning at creation, pytorch/pytorch#184982) but still runs; the deprecated tensor
     lives only inside this function."""
     engine = torch.backends.quantized.engine
     if engine not in ("x86", "fbgemm"):
