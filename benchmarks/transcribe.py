@@ -22,8 +22,8 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import transformers  # noqa: E402
-from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header, run_rounds,  # noqa: E402
-                    speed_table)
+from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header,  # noqa: E402
+                    reference_run, run_rounds, speed_table)
 from wer import corpus_wer  # noqa: E402
 from whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours  # noqa: E402
 
@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engines", default="ours,hf,ct2",
                         help="comma list of ours, hf, hf-longform, ct2 (hf: all 30 s windows in one batch; "
                              "hf-longform: generate() on each whole file, window after window, with timestamps)")
-    parser.add_argument("--ours-dtypes", default="float32,bfloat16")
+    parser.add_argument("--ours-dtypes", default="float32,bfloat16",
+                        help="comma list of float32, bfloat16, int8 (float32 with quantization='int8')")
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
     add_timing_args(parser)
@@ -109,12 +110,16 @@ def print_table(runs: List[EngineRun], clips: List[Clip]) -> None:
     """Speed (RTF = audio s / wall s), memory, ratios, WER on the English clips, transcripts equal to ours."""
     audio = sum(len(c.samples) for c in clips) / SAMPLE_RATE
     english = [i for i, c in enumerate(clips) if c.language == "en" and c.reference]
+    ours_fp32 = reference_run(runs)
 
     def first_cells(run: EngineRun) -> List[str]:
         wer = corpus_wer((clips[i].reference, run.outputs[i]) for i in english) if english else float("nan")
-        return [str(len(clips)), f"{audio:.1f}", f"{wer:.3f}"]
+        vs_ours = (corpus_wer((ours_fp32.outputs[i], run.outputs[i]) for i in english)
+                   if english and ours_fp32 else float("nan"))
+        return [str(len(clips)), f"{audio:.1f}", f"{wer:.3f}", f"{vs_ours:.3f}"]
 
-    speed_table(runs, ["clips", "audio s", "WER en"], first_cells, "RTF (audio/wall)", lambda r: audio / r.wall)
+    speed_table(runs, ["clips", "audio s", "WER en", "WER en vs ours-float32"], first_cells, "RTF (audio/wall)",
+                lambda r: audio / r.wall)
     print("(same as ours-float32: transcripts identical as strings; common prefix: in characters)")
 
 

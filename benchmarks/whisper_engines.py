@@ -72,7 +72,9 @@ def run_ours(job: WhisperJob, dtype: str) -> EngineRun:
     windows = sum(max(math.ceil(len(c) / WINDOW), 1) for c in job.clips)
     # Every window at full length at once (+10%): no preemption, no idle preallocation.
     per_window = math.ceil(config.max_source_positions / 16) + job.beam * math.ceil((4 + MAX_NEW_TOKENS + 1) / 16)
-    llm = LLM(job.hf_dir, dtype=dtype, num_gpu_blocks_override=int(windows * per_window * 1.1) + 16,
+    # "int8": float32 activations around int8 Linear layers (quantization="int8").
+    precision = dict(dtype="float32", quantization="int8") if dtype == "int8" else dict(dtype=dtype)
+    llm = LLM(job.hf_dir, **precision, num_gpu_blocks_override=int(windows * per_window * 1.1) + 16,
               swap_space_gb=0.01)
     # temperature=0.0: one greedy (or beam) decoding per window, as the peers do; no fallback.
     kwargs = dict(language=job.language, task="transcribe", timestamps=False, use_tqdm=False,

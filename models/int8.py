@@ -1,4 +1,4 @@
-"""int8 Linear layers: per-channel int8 weights, dynamic int8 activations, torch's fbgemm kernel (decisions §33)."""
+"""int8 Linear layers: per-channel int8 weights, dynamic int8 activations, torch's fbgemm kernel (decisions §43)."""
 from __future__ import annotations
 
 import os
@@ -61,15 +61,17 @@ def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Te
 
 
 class Int8Linear(nn.Module):
-    """y = x W^T + b from an int8 W with per-output-channel scales; x is quantized per call to uint8 with one
-    scale and zero point for the whole input (from its min and max), by fbgemm inside
-    `torch.ops.quantized.linear_dynamic`, which accumulates in int32 and writes float32 with the bias added.
+    """y = x W^T + b from an int8 W with per-output-channel scales. fbgemm's `torch.ops.quantized.linear_dynamic`
+    quantizes its input per call to uint8 with one scale and zero point for the whole tensor (from its min and
+    max), accumulates in int32 and writes float32. With `per_row` (the default) each row of x is first divided by
+    its max |x| and the output row multiplied back (then the bias added): one scale per token, so a row ~100x
+    larger than the rest (Whisper's decoder has them) does not leave the other rows a handful of levels.
 
     `weight` (int8) and `weight_scale` are kept for inspection and `dequantized_weight()`; the kernel reads its own
     packed copy. Inputs must be float32 CPU tensors of any leading shape."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                 reduce_range: Optional[bool] = None) -> None:
+                 reduce_range: Optional[bool] = None, per_row: bool = True) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         qweight, scale = quantize_weight(weight)
@@ -77,11 +79,12 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.reduce_range = activations_need_reduced_range() if reduce_range is None else reduce_range
-        self._packed = _prepack(qweight, scale, self.bias)
+        self.per_row = per_row
+        self._packed = _prepack(qweight, scale, None if per_row else self.bias)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None) -> "Int8Linear":
-        return cls(linear.weight, linear.bias, reduce_range)
+    def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None, per_row: bool = True) -> "Int8Linear":
+        return cls(linear.weight, linear.bias, reduce_range, per_row)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for: q * scale."""
@@ -93,7 +96,12 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
-        out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
+        if self.per_row:
+            amax = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
+            out = torch.ops.quantized.linear_dynamic(rows / amax, self._packed, self.reduce_range)
+            out = out.mul_(amax) if self.bias is None else torch.addcmul(self.bias, out, amax)
+        else:
+            out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -101,14 +109,14 @@ class Int8Linear(nn.Module):
                 f"reduce_range={self.reduce_range}")
 
 
-def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None) -> int:
+def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None, per_row: bool = True) -> int:
     """Replace every nn.Linear inside `module` (fused projections included: one int8 matmul for q/k/v) by an
     Int8Linear built from its weights, in place; returns how many were replaced."""
     replaced = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(parent, name, Int8Linear.from_linear(child, reduce_range))
+                setattr(parent, name, Int8Linear.from_linear(child, reduce_range, per_row))
                 replaced += 1
     return replaced
 

@@ -1,0 +1,82 @@
+"""quantization="int8" on real weights: whisper-base in int8 transcribes the bundled clear English clips as float32
+does, through int8 Linear layers; and benchmarks/int8_matmul.py --quick (AVX-512 and the AVX2 stand-in)."""
+import glob
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from seq2seq_engine.models.int8 import Int8Linear, int8_unsupported_reason
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build"),
+              pytest.mark.usefixtures("one_thread")]
+
+
+def _clips():
+    spec = importlib.util.find_spec("pytest_audioeval")
+    if spec is None:
+        pytest.skip("pytest-audioeval (the speech clips) is not installed")
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio", "en")
+    return {os.path.basename(p)[:-4]: p for p in sorted(glob.glob(os.path.join(folder, "*.wav")))}
+
+
+@pytest.fixture(scope="module")
+def whisper_base():
+    from seq2seq_engine.model_loader.resolver import resolve_model_path
+    try:
+        return resolve_model_path("whisper-base")
+    except ValueError as error:  # the model's pip packages are not installed
+        pytest.skip(str(error))
+
+
+def _transcribe(model_dir, quantization, clips):
+    from seq2seq_engine import LLM
+    llm = LLM(model_dir, quantization=quantization, kv_cache_space_gb=0.2, swap_space_gb=0.01)
+    results = llm.transcribe(clips, language="en", use_tqdm=False)
+    assert not [r.error for r in results if r.error]
+    return llm, [r.text.strip() for r in results]
+
+
+def test_whisper_base_int8_transcribes_clear_clips_as_float32(whisper_base):
+    clips = _clips()
+    clear = [clips["hello_world"], clips["quick_brown_fox"]]
+    _, float_texts = _transcribe(whisper_base, None, clear)
+    llm, int8_texts = _transcribe(whisper_base, "int8", clear)
+    assert int8_texts == float_texts
+    assert float_texts[1] == "The quick brown fox jumps over the lazy dog."
+    model = llm.llm_engine.model_runner.model
+    fused = model.model.encoder.layers[0].self_attn.qkv_proj
+    assert isinstance(fused, Int8Linear) and fused.weight.dtype == torch.int8 and fused.out_features == 3 * 512
+    assert isinstance(model.model.decoder.layers[5].fc2, Int8Linear)
+    assert isinstance(model.proj_out, Int8Linear) and model.proj_out.out_features == 51865
+    assert model.model.decoder.embed_tokens.weight.dtype == torch.float32   # the lookup stays float32
+
+
+def _bench(*args):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "int8_matmul.py"), "--quick",
+                             "--threads", "1", *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("avx2", [False, True])
+def test_int8_matmul_benchmark_quick(avx2):
+    """Every candidate timed on both quick shapes; the engine's int8 kernel within 3% of float32 (random inputs:
+    8-bit activations, ~1%; 7-bit on the AVX2 stand-in, ~2%)."""
+    stdout = _bench(*(["--avx2"] if avx2 else []), "--candidates", "float32,bfloat16,int8-fbgemm,int8-fbgemm-pt")
+    assert f"int8 activations reduced to 7 bits: {avx2}" in stdout
+    assert ("'FBGEMM_ENABLE_INSTRUCTIONS': 'AVX2'" in stdout) is avx2
+    rows = [line for line in stdout.splitlines() if line.startswith("| quick |")]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert all(float(ms) > 0 for ms in cells[3:7]) and all(c.endswith("x") for c in cells[7:])
+    errors = dict(re.findall(r"([\w-]+) ([0-9.]+)", stdout.split("largest relative error vs float32 over the "
+                                                                 "shapes: ")[1]))
+    assert float(errors["float32"]) == 0.0 and float(errors["bfloat16"]) < 0.01
+    assert 0.001 < float(errors["int8-fbgemm"]) < 0.03
