@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from conftest import require_model
 
 from seq2seq_engine.models.int8 import Int8Linear, int8_unsupported_reason
 
@@ -27,11 +28,7 @@ def _clips():
 
 @pytest.fixture(scope="module")
 def whisper_base():
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        return resolve_model_path("whisper-base")
-    except ValueError as error:  # the model's pip packages are not installed
-        pytest.skip(str(error))
+    return require_model("whisper-base")
 
 
 def _transcribe(model_dir, quantization, clips):

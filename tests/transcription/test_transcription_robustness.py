@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
@@ -18,11 +19,7 @@ SR = 16000
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        return resolve_model_path("whisper-tiny.en")
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
+    return require_model("whisper-tiny.en")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import weakref
 import numpy as np
 import pytest
 from av_media import FORMATS, encode, speech_clip, video_only
+from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.transcription import pipeline as pipeline_module, window_source
@@ -21,12 +22,7 @@ LONG_UNITS = 10  # 60 s each: speech at 0 s and at 30 s, so every 30 s window ha
 @pytest.fixture(scope="module")
 def tiny_llm():
     from seq2seq_engine import LLM
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
-    try:
-        model = resolve_model_path("whisper-tiny.en")
-    except ValueError as error:  # the model's pip package is not installed
-        pytest.skip(str(error))
-    return LLM(model, kv_cache_space_gb=0.3, swap_space_gb=0.01)
+    return LLM(require_model("whisper-tiny.en"), kv_cache_space_gb=0.3, swap_space_gb=0.01)
 
 
 @pytest.fixture()
