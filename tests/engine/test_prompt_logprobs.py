@@ -6,8 +6,9 @@ import collections
 import pytest
 import torch
 from hf_reference import build_tiny_model
+from prompt_scoring_utils import hf_decoder_logits, random_tokens, small_llm
 
-from seq2seq_engine import LLM, SamplingParams, TokensPrompt
+from seq2seq_engine import SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
 from seq2seq_engine.worker import model_runner
 
@@ -35,24 +36,9 @@ def scored(monkeypatch):
     return spans
 
 
-def _tokens(n, seed, vocab=256):
-    return torch.randint(4, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def _llm(model_dir, **kwargs):
-    return LLM(model_dir, skip_tokenizer_init=True, dtype="float32", block_size=4,
-               kv_cache_space_gb=kwargs.pop("kv_cache_space_gb", 0.05), **kwargs)
-
-
-@torch.no_grad()
 def _hf_logprobs(hf_model, decoder_tokens, encoder_tokens=None):
     """log_softmax of HF's logits over a whole decoder sequence: row p scores token p + 1."""
-    if encoder_tokens is None:
-        logits = hf_model(input_ids=torch.tensor([decoder_tokens])).logits[0]
-    else:
-        logits = hf_model(input_ids=torch.tensor([encoder_tokens]),
-                          decoder_input_ids=torch.tensor([decoder_tokens])).logits[0]
-    return torch.log_softmax(logits.float(), dim=-1)
+    return torch.log_softmax(hf_decoder_logits(hf_model, decoder_tokens, encoder_tokens), dim=-1)
 
 
 def _assert_entry(entry, token_id, reference_row, k):
@@ -82,13 +68,13 @@ def _assert_scored_once(spans, prompt_len):
 def test_decoder_only_prompt_logprobs_match_hf_and_leave_other_requests_unchanged(chunked, tiny, scored):
     model_dir, hf_model = tiny["llama"]
     lengths = [1, 5, 17, 40, 9, 26, 12]
-    prompts = [_tokens(n, seed) for seed, n in enumerate(lengths)]
+    prompts = [random_tokens(n, seed) for seed, n in enumerate(lengths)]
     base = dict(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=2)
     ks = [3, 0, 5, 1, None, None, 4]
     # The last request also has logits processors: prompt logprobs still come from the raw logits.
     extra = [{}] * 6 + [dict(repetition_penalty=1.5, logit_bias={7: 3.0})]
     params = [SamplingParams(prompt_logprobs=k, **base, **x) for k, x in zip(ks, extra)]
-    llm = _llm(model_dir, **CHUNKING[chunked])
+    llm = small_llm(model_dir, **CHUNKING[chunked])
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     plain = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                          [SamplingParams(**base, **x) for x in extra], use_tqdm=False)
@@ -109,14 +95,14 @@ def test_decoder_only_prompt_logprobs_match_hf_and_leave_other_requests_unchange
 def test_bart_prompt_logprobs_cover_the_decoder_prompt(tiny, scored):
     model_dir, hf_model = tiny["bart"]
     start = hf_model.config.decoder_start_token_id
-    encoders = [_tokens(n, 100 + n) for n in (7, 30, 12, 3, 21, 16)]
+    encoders = [random_tokens(n, 100 + n) for n in (7, 30, 12, 3, 21, 16)]
     # Explicit decoder prompts of 0..4 tokens (the start token is prepended) and one default prompt [2, 0].
     prompts = [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=e),
-                                            decoder_prompt=TokensPrompt(prompt_token_ids=_tokens(i, 200 + i)))
+                                            decoder_prompt=TokensPrompt(prompt_token_ids=random_tokens(i, 200 + i)))
                for i, e in enumerate(encoders[:5])] + [TokensPrompt(prompt_token_ids=encoders[5])]
     ks = [2, 0, 3, 1, 5, 2]
     params = [SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, prompt_logprobs=k) for k in ks]
-    outputs = _llm(model_dir).generate(prompts, params, use_tqdm=False)
+    outputs = small_llm(model_dir).generate(prompts, params, use_tqdm=False)
     assert [len(o.prompt_token_ids) for o in outputs] == [1, 2, 3, 4, 5, 2]
     assert outputs[5].prompt_token_ids == [start, hf_model.config.bos_token_id]
     for encoder, k, output in zip(encoders, ks, outputs):
@@ -129,8 +115,8 @@ def test_bart_prompt_logprobs_cover_the_decoder_prompt(tiny, scored):
 @pytest.mark.parametrize("chunked", [False, True])
 def test_preemption_by_recompute_scores_each_prompt_token_once(chunked, tiny, scored):
     model_dir, hf_model = tiny["llama"]
-    prompts = [_tokens(n, 300 + n) for n in (3, 17, 5, 30, 9, 1, 24, 12)]
-    llm = _llm(model_dir, num_gpu_blocks_override=30, preemption_mode="recompute", **CHUNKING[chunked])
+    prompts = [random_tokens(n, 300 + n) for n in (3, 17, 5, 30, 9, 1, 24, 12)]
+    llm = small_llm(model_dir, num_gpu_blocks_override=30, preemption_mode="recompute", **CHUNKING[chunked])
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, prompt_logprobs=2)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     assert llm.llm_engine.scheduler.num_cumulative_preemption > 0
@@ -143,9 +129,9 @@ def test_preemption_by_recompute_scores_each_prompt_token_once(chunked, tiny, sc
 @pytest.mark.parametrize("arch", ["llama", "bart"])
 def test_shared_prompt_of_best_of_is_scored_once(arch, tiny, scored):
     model_dir, hf_model = tiny[arch]
-    prompt = _tokens(19, 400)
+    prompt = random_tokens(19, 400)
     params = SamplingParams(n=2, best_of=3, temperature=1.0, seed=5, max_tokens=4, prompt_logprobs=1)
-    output = _llm(model_dir).generate(TokensPrompt(prompt_token_ids=prompt), params, use_tqdm=False)[0]
+    output = small_llm(model_dir).generate(TokensPrompt(prompt_token_ids=prompt), params, use_tqdm=False)[0]
     assert len(output.outputs) == 2
     decoder = output.prompt_token_ids
     reference = _hf_logprobs(hf_model, decoder, prompt if arch == "bart" else None)
@@ -156,10 +142,10 @@ def test_shared_prompt_of_best_of_is_scored_once(arch, tiny, scored):
 @pytest.mark.parametrize("arch", ["llama", "bart"])
 def test_generated_logprobs_and_cumulative_logprob_match_hf(arch, tiny):
     model_dir, hf_model = tiny[arch]
-    encoders = [_tokens(n, 500 + n) for n in (4, 15, 9)]
+    encoders = [random_tokens(n, 500 + n) for n in (4, 15, 9)]
     prompts = [TokensPrompt(prompt_token_ids=p) for p in encoders]
     params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True, logprobs=4)
-    for encoder, output in zip(encoders, _llm(model_dir).generate(prompts, params, use_tqdm=False)):
+    for encoder, output in zip(encoders, small_llm(model_dir).generate(prompts, params, use_tqdm=False)):
         completion = output.outputs[0]
         decoder = output.prompt_token_ids + completion.token_ids
         reference = _hf_logprobs(hf_model, decoder, encoder if arch == "bart" else None)
