@@ -145,12 +145,14 @@ def ct2_model_dir(model_name: str) -> str:
     if len(files) == 1 and os.path.basename(files[0]) == "model.bin":
         return ct2_dir
     target = os.path.join(tempfile.gettempdir(), f"bench-ct2-{model_name}")
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(ct2_dir):
+        link = os.path.join(target, name)
+        if os.path.islink(link) and not os.path.exists(link):  # left by an install that is gone: dangling
+            os.remove(link)
+        if not name.startswith("model.bin") and not os.path.lexists(link):
+            os.symlink(os.path.join(ct2_dir, name), link)
     if not os.path.exists(os.path.join(target, "model.bin")):
-        os.makedirs(target, exist_ok=True)
-        for name in os.listdir(ct2_dir):
-            link = os.path.join(target, name)
-            if not name.startswith("model.bin") and not os.path.exists(link):
-                os.symlink(os.path.join(ct2_dir, name), link)
         with open(os.path.join(target, "model.bin.tmp"), "wb") as out:
             for part in files:
                 with open(part, "rb") as f:
