@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import List, Sequence as Seq, Tuple
 
+import numpy as np
 import torch
 
 from seq2seq_engine.kernels import copy_blocks, swap_blocks
@@ -33,11 +35,25 @@ def profile_cuda_blocks(block_bytes: int, memory_utilization: float, device: tor
     return max(0, int(usable // block_bytes))
 
 
+def lazy_zeros(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero-filled CPU tensor whose memory is committed page by page as it is first written: numpy's zeros is
+    calloc, which maps large buffers as fresh zero pages instead of writing them (torch.zeros writes every byte).
+    A KV pool built from these costs resident memory for the blocks that have been used, not for its size."""
+    element_size = torch.empty((), dtype=dtype).element_size()
+    buffer = np.zeros(math.prod(shape) * element_size, dtype=np.uint8)
+    return torch.from_numpy(buffer).view(dtype).view(shape)
+
+
+def _zeros(shape: Tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    if torch.device(device).type == "cpu":
+        return lazy_zeros(shape, dtype)
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 def _allocate(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
               dtype: torch.dtype, device) -> List[KVCache]:
     shape = (num_blocks, block_size, num_kv_heads, head_size)
-    return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(num_layers)]
+    return [(_zeros(shape, dtype, device), _zeros(shape, dtype, device)) for _ in range(num_layers)]
 
 
 class CacheEngine:
