@@ -25,7 +25,7 @@ from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.outputs import RequestOutput
-from seq2seq_engine.platforms.cpu_memory import tune_malloc
+from seq2seq_engine.platforms.cpu_memory import release_free_memory, tune_malloc
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
@@ -50,6 +50,7 @@ class LLMEngine:
         self.model_config = config.model_config
         self.device = torch.device(config.device_config.resolved)
         if self.device.type == "cpu":
+            release_free_memory()  # what loading the model freed
             tune_malloc()
         torch.manual_seed(self.model_config.seed)
         self.tokenizer = tokenizer

@@ -47,6 +47,21 @@ def tune_malloc() -> bool:
     return applied
 
 
+def release_free_memory() -> bool:
+    """Return the heap memory malloc holds free to the system (glibc `malloc_trim(0)`); False where not applied.
+
+    Called once the model is loaded: loading frees as much as it keeps (checkpoint tensors, the float32 weights
+    that int8 or bfloat16 replace), and without this the freed heap pages stay resident for the process's life.
+    """
+    path = ctypes.util.find_library("c")
+    try:
+        malloc_trim = ctypes.CDLL(path).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    return malloc_trim(0) in (0, 1)
+
+
 def widest_activation(hf_config: Any) -> int:
     """Largest per-token activation width of the model's layers (FFN inner width, fused gate/up counted twice)."""
     hidden = int(getattr(hf_config, "d_model", None) or getattr(hf_config, "hidden_size", None)

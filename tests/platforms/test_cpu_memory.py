@@ -73,3 +73,34 @@ def test_tune_malloc_applies_unless_disabled(setting, expected, monkeypatch):
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True).stdout.split()
     assert " ".join(out[: len(expected.split())]) == expected
     assert ctypes.util.find_library("c")
+
+
+_TRIM_PROBE = """
+import ctypes, ctypes.util
+from seq2seq_engine.platforms.cpu_memory import release_free_memory
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def resident_mib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
+# 3000 heap chunks of 64 KiB (under the mmap threshold), written, then all freed but the last: the live chunk at
+# the top of the heap keeps glibc's automatic trimming from returning the free space below it.
+chunks = [libc.malloc(64 << 10) for _ in range(3000)]
+for chunk in chunks:
+    ctypes.memset(chunk, 1, 64 << 10)
+for chunk in chunks[:-1]:
+    libc.free(chunk)
+before = resident_mib()
+applied = release_free_memory()
+print(applied, before - resident_mib())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim")
+def test_release_free_memory_returns_freed_heap_pages():
+    out = subprocess.run([sys.executable, "-c", _TRIM_PROBE], capture_output=True, text=True, check=True).stdout
+    applied, released_mib = out.split()
+    assert applied == "True"
+    assert int(released_mib) > 150, f"only {released_mib} MiB of ~187 MiB of free heap were returned"
