@@ -67,15 +67,14 @@ class Int8Linear(nn.Module):
     its max |x| and the output row multiplied back (then the bias added): one scale per token, so a row ~100x
     larger than the rest (Whisper's decoder has them) does not leave the other rows a handful of levels.
 
-    `weight` (int8) and `weight_scale` are kept for inspection and `dequantized_weight()`; the kernel reads its own
-    packed copy. Inputs must be float32 CPU tensors of any leading shape."""
+    Only fbgemm's packed copy of the int8 weight is kept (the kernel reads it); `weight` unpacks it, for
+    inspection and `dequantized_weight()`. Inputs must be float32 CPU tensors of any leading shape."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                  reduce_range: Optional[bool] = None, per_row: bool = True) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         qweight, scale = quantize_weight(weight)
-        self.register_buffer("weight", qweight)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.reduce_range = activations_need_reduced_range() if reduce_range is None else reduce_range
@@ -85,6 +84,14 @@ class Int8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None, per_row: bool = True) -> "Int8Linear":
         return cls(linear.weight, linear.bias, reduce_range, per_row)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The int8 weight [out_features, in_features], unpacked from fbgemm's copy."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*quantized tensor.*deprecated")
+            qtensor, _ = torch.ops.quantized.linear_unpack(self._packed)
+            return qtensor.int_repr()
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for: q * scale."""

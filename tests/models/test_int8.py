@@ -59,6 +59,8 @@ def test_int8_linear_matches_dequantized_reference_within_the_activation_roundin
     b = _random((n,), 3) if bias else None
     layer = Int8Linear(weight, b, reduce_range=reduce_range, per_row=per_row)
     assert layer.weight.dtype == torch.int8 and layer.reduce_range is reduce_range
+    assert torch.equal(layer.weight, quantize_weight(weight)[0])
+    assert all(buffer.dtype != torch.int8 for buffer in layer.buffers())  # one int8 copy: fbgemm's packed one
     w_deq = layer.dequantized_weight()
     reference = F.linear(x, w_deq, b)
     with torch.inference_mode():
