@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -57,24 +57,29 @@ class SileroVad:
         self.network = network
 
     @staticmethod
-    def frames(audio: np.ndarray) -> torch.Tensor:
-        """[n_frames, 64 + 512]: each 512-sample frame (the last zero-padded) after the 64 samples before it."""
+    def frames(audio: np.ndarray, first: int = 0, count: Optional[int] = None) -> torch.Tensor:
+        """[count, 64 + 512]: frames first..first+count-1 (all by default), each 512-sample frame (the last
+        zero-padded) after the 64 samples before it (zeros before the start)."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         n_frames = -(-len(audio) // FRAME_SAMPLES)
-        padded = np.zeros(n_frames * FRAME_SAMPLES + CONTEXT_SAMPLES, dtype=np.float32)
-        padded[CONTEXT_SAMPLES:CONTEXT_SAMPLES + len(audio)] = audio
-        rows = np.lib.stride_tricks.as_strided(padded, shape=(n_frames, CONTEXT_SAMPLES + FRAME_SAMPLES),
+        count = max(0, n_frames - first if count is None else min(count, n_frames - first))
+        start = first * FRAME_SAMPLES - CONTEXT_SAMPLES  # sample index of padded[0]
+        padded = np.zeros(count * FRAME_SAMPLES + CONTEXT_SAMPLES, dtype=np.float32)
+        piece = audio[max(start, 0):start + len(padded)]
+        padded[max(-start, 0):max(-start, 0) + len(piece)] = piece
+        rows = np.lib.stride_tricks.as_strided(padded, shape=(count, CONTEXT_SAMPLES + FRAME_SAMPLES),
                                                strides=(FRAME_SAMPLES * 4, 4))
         return torch.from_numpy(np.ascontiguousarray(rows))
 
     @torch.inference_mode()
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
-        """Speech probability of every 32 ms frame of `audio` (16 kHz), as float32 [ceil(len / 512)]."""
-        frames = self.frames(audio)
+        """Speech probability of every 32 ms frame of `audio` (16 kHz), as float32 [ceil(len / 512)]. The frames
+        are cut block by block, so memory beyond the audio stays bounded on long recordings."""
+        n_frames = -(-len(np.asarray(audio).reshape(-1)) // FRAME_SAMPLES)
         state = None
         out = []
-        for first in range(0, len(frames), BLOCK_FRAMES):
-            block = frames[first:first + BLOCK_FRAMES]
+        for first in range(0, n_frames, BLOCK_FRAMES):
+            block = self.frames(audio, first, BLOCK_FRAMES)
             features = self.network.encoder(self.network.run_extractors(block)).squeeze(-1)  # [frames, 128]
             hidden, state = self.lstm(features.unsqueeze(0), state)
             probs = self.network.decoder.decoder(hidden[0].unsqueeze(-1))  # [frames, 1, 1]

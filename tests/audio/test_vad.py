@@ -175,3 +175,14 @@ def test_model_loads_without_importing_the_silero_package_or_torchaudio():
             "print(torch.get_num_threads(), sorted(m for m in sys.modules if m.startswith(('silero', 'torchaudio'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split("\n")[-2] == "2 []"
+
+
+def test_frames_of_a_block_are_the_rows_of_the_whole_recording():
+    audio = np.random.default_rng(3).standard_normal(512 * 9 + 100).astype(np.float32)
+    padded = np.concatenate([np.zeros(64, np.float32), audio, np.zeros(512 - 100, np.float32)])
+    expected = np.stack([padded[k * 512:k * 512 + 576] for k in range(10)])  # 64 samples of context + the frame
+    whole = silero_module.SileroVad.frames(audio).numpy()
+    assert np.array_equal(whole, expected)
+    for first, count in ((0, 3), (3, 4), (7, 5), (9, 1), (10, 2)):
+        block = silero_module.SileroVad.frames(audio, first, count).numpy()
+        assert np.array_equal(block, expected[first:first + count])
