@@ -5,7 +5,8 @@
 
 How it runs (the engine is driven directly with add_request/step, so progress is reported per window):
 
-* Inputs are read lazily, in order, as the engine has room (`max_in_flight` requests at a time; input_queue.py).
+* Inputs are read lazily, in order, as the engine has room (`max_in_flight` requests at a time, by default as many
+  as keep their KV cache within a budget: in_flight.py; input_queue.py).
   Each input is a stream of 30 s windows (the encoder's span; only the `clip_timestamps` spans when given) decoded
   only as far as the windows taken need, or with `vad_filter` its speech regions packed into windows
   (window_source.py, vad_windows.py). A window's samples are dropped once it is final, so memory holds the windows
@@ -40,6 +41,7 @@ import torch
 from seq2seq_engine.audio import AudioError, encoder_window_samples
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt, attempt_seed
 from seq2seq_engine.transcription.fallback import Attempt, Verdict, verdict
+from seq2seq_engine.transcription.in_flight import default_windows_in_flight
 from seq2seq_engine.transcription.input_queue import InputQueue
 from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
 from seq2seq_engine.transcription.progress import audio_progress
@@ -70,7 +72,8 @@ class _Transcription(InputQueue):
         self.aligner = WordAligner(engine, self.tokens) if options.word_timestamps else None
         self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
         self.vad = window_vad_options(options.vad_filter, options.vad_parameters, self.window_samples)
-        self.max_in_flight = options.max_in_flight or engine.scheduler_config.max_num_seqs
+        self.max_in_flight = options.max_in_flight or default_windows_in_flight(
+            engine, self.tokens.max_new_tokens(0, options.max_new_tokens), options.beam_width)
         self._init_queue(sources)
         self.in_flight: Dict[str, WindowTask] = {}
         self.newly_finished: List[InputState] = []

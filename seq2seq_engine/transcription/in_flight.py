@@ -1,0 +1,43 @@
+"""How many windows a transcription keeps in the engine at once by default: as many as keep their KV cache (cross
+blocks for the encoder span, self blocks for each beam's tokens) within a memory budget, between 2 and 16.
+
+Measured on whisper-base (docs/decisions.md §44): each float32 window holds ~41 MB of KV cache, the KV of the windows
+in flight is most of a long transcription's memory, and fewer windows cost some speed (CPU time +15% at 8 windows
+against 16 or more, +40% at 4). The budget is the larger of KV_BUDGET_BYTES and the model's weights, so a large model
+keeps a useful batch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from seq2seq_engine.config import torch_dtype
+from seq2seq_engine.worker.cache_engine import cache_block_bytes
+
+KV_BUDGET_BYTES = 256 << 20
+MIN_WINDOWS, MAX_WINDOWS = 2, 16
+
+
+def window_kv_bytes(engine: Any, max_new_tokens: int, beam_width: int) -> int:
+    """KV cache bytes of one window decoded to its longest: the encoder span's cross blocks, once per request, and
+    the prompt plus `max_new_tokens` in self blocks for each of `beam_width` beams."""
+    block_size = engine.cache_config.block_size
+    num_layers, num_kv_heads, head_size = engine.model_runner.model.kv_cache_spec()
+    block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, block_size,
+                                    torch_dtype(engine.model_config.dtype))
+    cross_blocks = math.ceil(engine.model_config.max_encoder_len / block_size)
+    self_blocks = beam_width * math.ceil(min(engine.model_config.max_model_len, max_new_tokens + 4) / block_size)
+    return (cross_blocks + self_blocks) * block_bytes
+
+
+def model_bytes(model: Any) -> int:
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def default_windows_in_flight(engine: Any, max_new_tokens: int, beam_width: int) -> int:
+    """Windows in flight when the caller did not say: the budget over one window's KV bytes, in [2, 16], and never
+    more than the engine's max_num_seqs."""
+    budget = max(KV_BUDGET_BYTES, model_bytes(engine.model_runner.model))
+    fitting = budget // window_kv_bytes(engine, max_new_tokens, beam_width)
+    return max(1, min(max(MIN_WINDOWS, fitting), MAX_WINDOWS, engine.scheduler_config.max_num_seqs))
