@@ -8,6 +8,9 @@ from typing import Optional
 
 import pytest
 
+# tiny_dir, tiny_llm, window_tokens: the transcription tests' whisper-tiny.en engine and window spy.
+pytest_plugins = ["transcription.whisper_fixtures"]
+
 SPM_VOCAB_SIZE = 200
 SPM_SPECIAL_IDS = {"bos": 0, "pad": 1, "eos": 2, "unk": 3}
 

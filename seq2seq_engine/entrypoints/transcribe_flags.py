@@ -70,20 +70,21 @@ def max_words_per_line(args: argparse.Namespace) -> Optional[int]:
 
 def add_vad_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("voice activity detection", "Silero VAD, faster-whisper's settings")
-    group.add_argument("--vad-filter", action=argparse.BooleanOptionalAction, default=False,
-                       help="decode only speech found by Silero VAD, packed into 30 s windows (default: off)")
+    group.add_argument("--vad-filter", action=argparse.BooleanOptionalAction, default=None,
+                       help="decode only speech found by Silero VAD, packed into 30 s windows (default: on for "
+                            "inputs longer than 30 s, off for shorter ones)")
     for flag, field, kind, text in _VAD_FLAGS:
         group.add_argument(flag, dest=f"vad_{field}", type=kind, default=None, metavar=kind.__name__.upper(),
-                           help=f"with --vad-filter: {text}")
+                           help=f"VAD setting: {text}")
 
 
 def vad_parameters(args: argparse.Namespace) -> dict:
-    """The VAD settings given on the command line (VadOptions fields); a setting without --vad-filter is an error."""
+    """The VAD settings given on the command line (VadOptions fields); a setting with --no-vad-filter is an error."""
     given = {field: getattr(args, f"vad_{field}") for _, field, _, _ in _VAD_FLAGS
              if getattr(args, f"vad_{field}", None) is not None}
-    if given and not args.vad_filter:
+    if given and args.vad_filter is False:
         flags = [flag for flag, field, _, _ in _VAD_FLAGS if field in given]
-        raise ValueError(f"{', '.join(flags)} {'needs' if len(flags) == 1 else 'need'} --vad-filter")
+        raise ValueError(f"{', '.join(flags)} cannot be used with --no-vad-filter")
     return given
 
 

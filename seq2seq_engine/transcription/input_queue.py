@@ -55,7 +55,7 @@ class InputQueue:
         return self.queue.popleft()
 
     def _start(self, item: InputState) -> None:
-        item.reader = WindowReader(item.source, self.window_samples, self.options.clip_timestamps, self.vad)
+        item.reader = WindowReader(item.source, self.window_samples, self.options.clip_timestamps, self._vad_for(item))
         item.language = self.language
         item.context = list(self.plan.initial_tokens)
         if item.language is None:
@@ -67,6 +67,13 @@ class InputQueue:
                                              detection_params(self.tokens), lambda out: self._detected(item, out)))
                 return
         self._queue_windows(item)
+
+    def _vad_for(self, item: InputState) -> Any:
+        """The input's VAD options: with vad_filter None, only for an input longer than one window (or of unknown
+        length: long recordings are where pauses and noise make Whisper write words nobody said)."""
+        if self.options.vad_filter is None and 0 < item.samples_hint <= self.window_samples:
+            return None
+        return self.vad
 
     def _first_speech_window(self, item: InputState) -> Optional[Window]:
         """Read windows up to the first one that is not silent (silent ones are done at once)."""

@@ -60,7 +60,8 @@ class TranscriptionOptions:
     ids before the first window), `prefix` (text the first window starts with), `hotwords` (text put before every
     window's prompt, unless the window has a prefix), `clip_timestamps` ("start,end,..." seconds: only those spans),
     `skip_silence` (windows below -60 dBFS are not decoded), `max_new_tokens` per window (None: 224), `vad_filter`
-    (decode only the speech Silero VAD finds, packed into 30 s windows, timestamps mapped back to the input) with
+    (decode only the speech Silero VAD finds, packed into 30 s windows, timestamps mapped back to the input; None,
+    the default: on for an input longer than one 30 s window or of unknown length, off for shorter ones) with
     `vad_parameters` (a VadOptions or a dict of its fields; stored as a VadOptions, checked even with VAD off).
     Decoding: `temperature` (a float or a sequence tried in order when a window fails: docs/transcription.md),
     `best_of` (samples per attempt at temperature > 0, the most likely by average logprob kept), `beam_width`
@@ -93,7 +94,7 @@ class TranscriptionOptions:
     suppress_blank: bool = True
     suppress_tokens: Optional[Tuple[int, ...]] = (-1,)
     clip_timestamps: Union[str, Tuple[float, ...]] = ()
-    vad_filter: bool = False
+    vad_filter: Optional[bool] = None
     vad_parameters: Optional[Union[VadOptions, Dict[str, Any]]] = None
     word_timestamps: bool = False
     hallucination_silence_threshold: Optional[float] = None
@@ -122,9 +123,11 @@ class TranscriptionOptions:
 
     def _check_switches(self) -> None:
         for name in ("timestamps", "condition_on_previous_text", "skip_silence", "suppress_blank", "use_tqdm",
-                     "vad_filter", "word_timestamps"):
+                     "word_timestamps"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, "True or False", getattr(self, name))
+        if self.vad_filter is not None and not isinstance(self.vad_filter, bool):
+            _fail("vad_filter", "None (on for inputs longer than one 30 s window), True or False", self.vad_filter)
         if self.task not in TASKS:
             _fail("task", f"one of {TASKS}", self.task)
         if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):

@@ -139,13 +139,15 @@ def speech_windows(audio: np.ndarray, regions: Sequence[Region], window_samples:
             for group in pack_regions(regions, window_samples)]
 
 
-def window_vad_options(vad_filter: bool, vad_parameters: Any, window_samples: int) -> Optional[VadOptions]:
-    """The VadOptions transcription uses (None without vad_filter): max_speech_duration_s capped at the window."""
-    if not isinstance(vad_filter, bool):
-        raise TypeError(f"vad_filter must be True or False, got {vad_filter!r}")
+def window_vad_options(vad_filter: Optional[bool], vad_parameters: Any,
+                       window_samples: int) -> Optional[VadOptions]:
+    """The VadOptions transcription uses (None with vad_filter False; None, the automatic choice, gets them too):
+    max_speech_duration_s capped at the window."""
+    if vad_filter is not None and not isinstance(vad_filter, bool):
+        raise TypeError(f"vad_filter must be None, True or False, got {vad_filter!r}")
     options = VadOptions.from_parameters(vad_parameters)  # validated even when unused: a typo is an error
     window_s = window_samples / SAMPLE_RATE
-    if not vad_filter:
+    if vad_filter is False:
         return None
     model_path()  # VadUnavailable now, before any input is loaded, if the weights are not installed
     return dataclasses.replace(options, max_speech_duration_s=min(options.max_speech_duration_s, window_s))

@@ -22,31 +22,6 @@ def _clips(names):
     return [load_audio(paths[name]) for name in names]
 
 
-@pytest.fixture(scope="module")
-def tiny_dir():
-    return require_model("whisper-tiny.en")
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_dir):
-    from seq2seq_engine import LLM
-    return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.01)
-
-
-@pytest.fixture()
-def window_tokens(monkeypatch):
-    """Per transcribed input, the token ids of each window it was stitched from."""
-    calls = []
-    real = pipeline_module.stitch
-
-    def spy(windows, *args, **kwargs):
-        calls.append([list(w.token_ids) for w in windows])
-        return real(windows, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline_module, "stitch", spy)
-    return calls
-
-
 def _hf_beam(model, model_dir, samples, prompt, beams, timestamps, **kwargs):
     """HF's beam-search tokens after the prompt (eos dropped); checks that HF's decoder prompt equals ours."""
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)

@@ -20,17 +20,6 @@ SR = 16000
 TOLERANCE = 0.5  # s: speech_pad_ms (0.4 s) plus a Whisper timestamp step or two
 
 
-@pytest.fixture(scope="module")
-def tiny_dir():
-    return require_model("whisper-tiny.en")
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_dir):
-    from seq2seq_engine import LLM
-    return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.05)
-
-
 @pytest.fixture(autouse=True)
 def no_leaked_blocks(request):
     """After each test, the engine holds no request and every device and swap block is free again."""
@@ -100,7 +89,7 @@ def test_a_clipped_stream_in_sequential_beam_mode_equals_the_decoded_array(tiny_
 
     monkeypatch.setattr(pipeline_module, "stitch", spy)
     options = dict(clip_timestamps=(25.0, 70.0), condition_on_previous_text=True, beam_width=2, timestamps=True,
-                   initial_prompt="A fox.", use_tqdm=False)
+                   initial_prompt="A fox.", use_tqdm=False, vad_filter=False)
     streamed = tiny_llm.transcribe(path, **options)[0]
     whole = tiny_llm.transcribe((load_audio(path), SR), **options)[0]
     assert stitched[0] == stitched[1] and [(o, d) for o, d, _ in stitched[0]] == [(25.0, 30.0), (55.0, 15.0)]
@@ -142,5 +131,5 @@ def test_cli_folder_with_vad_and_decoding_flags(tiny_dir, two_clips_mp3, tmp_pat
     assert "skipped 2 input(s)" in capsys.readouterr().err
     # a bad option is a usage error before any file is read or the model loaded
     assert transcribe_cli.main([str(tmp_path / "nothing"), "--temperature", "-1"]) == transcribe_cli.EXIT_USAGE
-    assert transcribe_cli.main([str(folder), "--vad-threshold", "0.3"]) == transcribe_cli.EXIT_USAGE
-    assert "needs --vad-filter" in capsys.readouterr().err
+    assert transcribe_cli.main([str(folder), "--vad-threshold", "0.3", "--no-vad-filter"]) == transcribe_cli.EXIT_USAGE
+    assert "cannot be used with --no-vad-filter" in capsys.readouterr().err

@@ -138,7 +138,7 @@ def test_no_speech_prob_matches_transformers(llm, hf, clips, requests, windows):
     llm.transcribe([(clips["hello_world"], SR), (noise, SR)], temperature=0.0, no_speech_threshold=None,
                    use_tqdm=False)
     llm.transcribe([long_audio], temperature=0.0, condition_on_previous_text=True, max_new_tokens=48,
-                   use_tqdm=False)
+                   use_tqdm=False, vad_filter=False)
     decoded = [w for per_input in windows for w in per_input]
     assert len(requests) == len(decoded) == 4
     assert requests[3][0]["prompt_token_ids"][0] == llm.get_tokenizer().convert_tokens_to_ids("<|startofprev|>")
@@ -161,7 +161,7 @@ def test_initial_prompt_and_prefix_set_the_decoder_prompt_as_openai_whisper(llm,
     fox = clips["quick_brown_fox"]
     long_audio = np.concatenate([fox, np.zeros(30 * SR - len(fox), np.float32), clips["hello_world"]])
     results = llm.transcribe([(fox, SR), long_audio], temperature=0.0, initial_prompt="Animals: fox, dog.",
-                             max_new_tokens=40, use_tqdm=False)
+                             max_new_tokens=40, use_tqdm=False, vad_filter=False)
     prompt_ids = tokenizer.get_prompt_ids("Animals: fox, dog.").tolist()  # <|startofprev|> + " Animals: fox, dog."
     assert prompt_ids[1:] == tokenizer.encode(" Animals: fox, dog.", add_special_tokens=False)
     prompts = [p["prompt_token_ids"] for p, _, _ in requests]
@@ -173,7 +173,7 @@ def test_initial_prompt_and_prefix_set_the_decoder_prompt_as_openai_whisper(llm,
     prefixed = llm.transcribe([(fox, SR)], temperature=0.0, prefix="The quick", hotwords="fox",
                               use_tqdm=False)[0]
     hinted = llm.transcribe([long_audio], temperature=0.0, hotwords="fox", timestamps=True, prefix="The",
-                            use_tqdm=False)[0]
+                            use_tqdm=False, vad_filter=False)[0]
     quick, the, hot = (tokenizer.encode(text, add_special_tokens=False) for text in (" The quick", " The", " fox"))
     timestamp_0 = no_timestamps + 1
     prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
@@ -188,7 +188,7 @@ def test_clip_timestamps_transcribe_only_the_clips(llm, hf, clips, windows):
     audio = np.concatenate([counting, np.zeros(30 * SR - len(counting), np.float32), fox,
                             np.zeros(5 * SR, np.float32)])
     result = llm.transcribe([audio], temperature=0.0, timestamps=True, clip_timestamps="30,36",
-                            use_tqdm=False)[0]
+                            use_tqdm=False, vad_filter=False)[0]
     clip = audio[30 * SR:36 * SR]
     assert [(w.offset, w.duration) for w in windows[0]] == [(30.0, 6.0)]
     tokens = pipeline_module.whisper_tokens_for(llm.llm_engine)

@@ -8,35 +8,14 @@ import weakref
 import numpy as np
 import pytest
 from av_media import FORMATS, encode, speech_clip, video_only
-from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription import pipeline as pipeline_module, window_source
+from seq2seq_engine.transcription import window_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("av")
 
 LONG_UNITS = 10  # 60 s each: speech at 0 s and at 30 s, so every 30 s window has some
-
-
-@pytest.fixture(scope="module")
-def tiny_llm():
-    from seq2seq_engine import LLM
-    return LLM(require_model("whisper-tiny.en"), kv_cache_space_gb=0.3, swap_space_gb=0.01)
-
-
-@pytest.fixture()
-def window_tokens(monkeypatch):
-    """Per stitched input (in the order results are made), the token ids of its windows."""
-    calls = []
-    real = pipeline_module.stitch
-
-    def spy(windows, *args, **kwargs):
-        calls.append([list(w.token_ids) for w in windows])
-        return real(windows, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline_module, "stitch", spy)
-    return calls
 
 
 def test_every_format_gives_the_wav_transcript_and_broken_files_fail_alone(tmp_path, tiny_llm):
@@ -101,7 +80,8 @@ def test_a_long_file_holds_only_the_windows_in_flight(long_mp3, tiny_llm, window
     stats = _counting_windows(monkeypatch)
     tracemalloc.start()
     try:
-        streamed = tiny_llm.transcribe([long_mp3], max_new_tokens=24, use_tqdm=False, max_in_flight=4)[0]
+        streamed = tiny_llm.transcribe([long_mp3], max_new_tokens=24, use_tqdm=False, max_in_flight=4,
+                                       vad_filter=False)[0]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -114,7 +94,8 @@ def test_a_long_file_holds_only_the_windows_in_flight(long_mp3, tiny_llm, window
     # numpy's share of memory: the windows held (4 in flight = 7.7 MB between steps) plus one being read and the
     # float64 copies is_silent makes of it (15.5 MB measured); loading the file whole would hold 38.4 MB
     assert peak < whole.nbytes / 2, f"tracemalloc peak {peak / 1e6:.1f} MB, the whole file {whole.nbytes / 1e6:.1f}"
-    loaded = tiny_llm.transcribe([(whole, 16000)], max_new_tokens=24, use_tqdm=False, max_in_flight=4)[0]
+    loaded = tiny_llm.transcribe([(whole, 16000)], max_new_tokens=24, use_tqdm=False, max_in_flight=4,
+                                 vad_filter=False)[0]
     assert window_tokens[0] == window_tokens[1] and len(window_tokens[0]) == n_windows
     assert (streamed.text, streamed.segments) == (loaded.text, loaded.segments)
     assert "quick brown fox" in streamed.text.lower()

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import soundfile
-from conftest import require_model, require_speech_clips
+from conftest import require_speech_clips
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
@@ -28,17 +28,6 @@ def _clip(name):
 
 def words(text):
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir():
-    return require_model("whisper-tiny.en")
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_dir):
-    from seq2seq_engine import LLM
-    return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +88,21 @@ def test_two_clips_with_a_gap_give_their_words_and_times_on_the_original_timelin
     assert windows[0].duration < 10  # the 20 s gap is not in it
 
 
+def test_by_default_vad_runs_on_inputs_longer_than_one_window_only(tiny_llm, two_clips, engine_spy):
+    audio, spans, reference = two_clips
+    assert len(audio) < 30 * SR
+    longer = np.concatenate([audio, np.zeros(10 * SR, np.float32)])
+    short_result, long_result = tiny_llm.transcribe([(audio, SR), (longer, SR)], timestamps=True, use_tqdm=False)
+    assert words(long_result.text) == words(reference)
+    assert short_result.error is None and "hello" in words(short_result.text)
+    short_windows, long_windows = engine_spy["windows"]
+    assert [w.duration for w in short_windows] == [len(audio) / SR]  # one plain window: the whole input
+    assert len(long_windows) == 1 and long_windows[0].duration < 10  # the speech regions packed, the gaps left out
+    check_segments(long_result.segments, spans)
+    (plain,) = tiny_llm.transcribe([(longer, SR)], vad_filter=False, use_tqdm=False)
+    assert engine_spy["windows"][-1][0].duration == 30.0  # off: 30 s cuts
+
+
 def test_without_timestamps_the_text_is_the_same(tiny_llm, two_clips):
     audio, spans, reference = two_clips
     (result,) = tiny_llm.transcribe((audio, SR), vad_filter=True, use_tqdm=False,
@@ -138,6 +142,7 @@ def test_cli_vad_flags(tmp_path, tiny_dir, two_clips, capsys):
     for segment in record["segments"]:
         assert any(start - TOLERANCE <= segment["start"] <= segment["end"] <= end + TOLERANCE
                    for start, end in spans)
-    status = transcribe_cli.main([str(path), "--model", tiny_dir, "--vad-threshold", "0.3", "--quiet"])
+    status = transcribe_cli.main([str(path), "--model", tiny_dir, "--vad-threshold", "0.3", "--no-vad-filter",
+                                  "--quiet"])
     assert status == transcribe_cli.EXIT_USAGE
-    assert "--vad-threshold needs --vad-filter" in capsys.readouterr().err
+    assert "--vad-threshold cannot be used with --no-vad-filter" in capsys.readouterr().err

@@ -91,11 +91,11 @@ def test_reader_packs_speech_inside_the_clips(monkeypatch):
 def test_options_carry_the_vad_settings():
     options = TranscriptionOptions(vad_filter=True, vad_parameters={"min_silence_duration_ms": 500})
     assert options.vad_parameters == VadOptions(min_silence_duration_ms=500)
-    assert TranscriptionOptions().vad_parameters == VadOptions() and not TranscriptionOptions().vad_filter
+    assert TranscriptionOptions().vad_parameters == VadOptions() and TranscriptionOptions().vad_filter is None
     assert options.to_dict()["vad_parameters"]["min_silence_duration_ms"] == 500
     with pytest.raises(ValueError, match="unknown vad_parameters"):
         TranscriptionOptions(vad_parameters={"treshold": 0.3})  # checked with VAD off too
-    with pytest.raises(ValueError, match="vad_filter must be True or False"):
+    with pytest.raises(ValueError, match="vad_filter must be None .* True or False"):
         TranscriptionOptions(vad_filter="yes")
     with pytest.raises(TypeError, match="vad_parameters must be a dict or VadOptions"):
         TranscriptionOptions(vad_parameters=[0.5])

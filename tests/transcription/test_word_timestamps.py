@@ -18,17 +18,6 @@ CLIPS = ["en/quick_brown_fox.wav", "en/counting.wav"]
 
 
 @pytest.fixture(scope="module")
-def tiny_dir():
-    return require_model("whisper-tiny.en")
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_dir):
-    from seq2seq_engine import LLM
-    return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.01)
-
-
-@pytest.fixture(scope="module")
 def hf_model(tiny_dir):
     model = transformers.WhisperForConditionalGeneration.from_pretrained(tiny_dir, attn_implementation="eager")
     return model.eval()
