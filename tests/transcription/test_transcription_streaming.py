@@ -11,7 +11,7 @@ from av_media import FORMATS, encode, speech_clip, video_only
 from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription import pipeline as pipeline_module, window_source
+from seq2seq_engine.transcription import job as job_module, window_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("av")
@@ -29,13 +29,13 @@ def tiny_llm():
 def window_tokens(monkeypatch):
     """Per stitched input (in the order results are made), the token ids of its windows."""
     calls = []
-    real = pipeline_module.stitch
+    real = job_module.stitch
 
     def spy(windows, *args, **kwargs):
         calls.append([list(w.token_ids) for w in windows])
         return real(windows, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "stitch", spy)
+    monkeypatch.setattr(job_module, "stitch", spy)
     return calls
 
 
