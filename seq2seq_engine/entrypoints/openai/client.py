@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 from starlette.requests import Request
 
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
-from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputResult, JobDone, Rejected, Sink
 
 _DISCONNECT_POLL_S = 0.5
-
-
-class ClientGone(Exception):
-    """The HTTP client disconnected while its request was running."""
 
 
 class EngineRequests:
@@ -25,7 +22,7 @@ class EngineRequests:
     whatever is unfinished when the handler leaves (error, disconnect, cancellation) is aborted."""
 
     def __init__(self, loop: EngineLoop, http_request: Optional[Request], base_id: str) -> None:
-        self.loop, self.http_request = loop, http_request
+        self.loop, self.connection = loop, Connection(http_request)
         self.base_id = f"{base_id}-{uuid.uuid4().hex[:8]}"
         self.sink = Sink()
         self.unfinished: List[str] = []
@@ -58,7 +55,7 @@ class EngineRequests:
         refusal: Optional[Rejected] = None
         answered = 0
         while answered < count:
-            reply = await next_item(self.sink, self.http_request)
+            reply = await next_item(self.sink, self.connection)
             if not isinstance(reply, (Accepted, Rejected, Failed)):
                 self._early.append(reply)
                 continue
@@ -91,28 +88,44 @@ class EngineRequests:
     async def _next(self) -> Any:
         if self._early:
             return self._early.pop(0)
-        return await next_item(self.sink, self.http_request)
+        return await next_item(self.sink, self.connection)
 
 
-async def next_item(sink: Sink, http_request: Optional[Request]) -> Any:
-    """The next item from the engine; polls the client's connection while waiting (ClientGone when it left)."""
+class Connection:
+    """The HTTP client's connection, checked at most every _DISCONNECT_POLL_S (a cheap non-blocking receive)."""
+
+    def __init__(self, http_request: Optional[Request]) -> None:
+        self.http_request = http_request
+        self._checked = time.monotonic()
+
+    async def check(self) -> None:
+        """ClientGone when the client has disconnected."""
+        if self.http_request is None or time.monotonic() - self._checked < _DISCONNECT_POLL_S:
+            return
+        self._checked = time.monotonic()
+        if await self.http_request.is_disconnected():
+            raise ClientGone()
+
+
+async def next_item(sink: Sink, connection: Connection) -> Any:
+    """The next item from the engine; checks the client's connection while waiting and between items."""
     while True:
+        await connection.check()
         try:
             return await asyncio.wait_for(sink.queue.get(), _DISCONNECT_POLL_S)
         except asyncio.TimeoutError:
-            if http_request is not None and await http_request.is_disconnected():
-                raise ClientGone() from None
+            continue
 
 
 async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -> List[Tuple[int, Any]]:
     """Run a transcription job on the engine loop; (input index, TranscriptionResult) in input order."""
     job_id = f"transcription-{uuid.uuid4().hex[:12]}"
-    sink = Sink()
+    sink, connection = Sink(), Connection(http_request)
     loop.add_job(job_id, job, sink)
     results: List[Tuple[int, Any]] = []
     try:
         while True:
-            item = await next_item(sink, http_request)
+            item = await next_item(sink, connection)
             if isinstance(item, InputResult):
                 results.append((item.index, item.result))
             elif isinstance(item, Failed):

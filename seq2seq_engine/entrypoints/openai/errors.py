@@ -16,6 +16,10 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           500: "internal_server_error", 503: "service_unavailable"}
 
 
+class ClientGone(Exception):
+    """The HTTP client disconnected while its request was running."""
+
+
 class APIError(Exception):
     """A refused request: its HTTP status and the fields of the OpenAI error body."""
 
@@ -65,6 +69,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
         code = "file_too_large" if error.status_code == 413 else None
         return error_response(str(error.detail), error.status_code, code=code, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_: Request, error: ClientGone) -> JSONResponse:
+        # Nobody reads this answer: the client has left and its requests are aborted (nginx logs this as 499).
+        return error_response("the client closed the connection", 499, code="client_closed_request")
 
     @app.exception_handler(Exception)
     async def unexpected_error(_: Request, error: Exception) -> JSONResponse:

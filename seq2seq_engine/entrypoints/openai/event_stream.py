@@ -9,8 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from seq2seq_engine.entrypoints.openai.client import ClientGone
-from seq2seq_engine.entrypoints.openai.errors import APIError, error_body
+from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone, error_body
 
 logger = logging.getLogger(__name__)
 
