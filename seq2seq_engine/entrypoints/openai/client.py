@@ -64,7 +64,7 @@ class EngineRequests:
                 self.unfinished.remove(reply.request_id)
                 refusal = refusal or reply
             elif isinstance(reply, Failed):
-                raise APIError(reply.message, 500)
+                raise APIError(reply.message, reply.status)
         if refusal is not None:
             raise APIError(str(refusal.error), 400, param=_param_of(refusal.error, param))
 
@@ -73,7 +73,7 @@ class EngineRequests:
         while self.unfinished:
             item = await self._next()
             if isinstance(item, Failed):
-                raise APIError(item.message, 500)
+                raise APIError(item.message, item.status)
             if item.finished and item.request_id in self.unfinished:
                 self.unfinished.remove(item.request_id)
             yield item
@@ -129,7 +129,7 @@ async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -
             if isinstance(item, InputResult):
                 results.append((item.index, item.result))
             elif isinstance(item, Failed):
-                raise APIError(item.message, 500)
+                raise APIError(item.message, item.status)
             elif isinstance(item, JobDone):
                 return sorted(results, key=lambda pair: pair[0])
             elif not isinstance(item, Accepted):

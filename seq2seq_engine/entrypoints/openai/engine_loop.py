@@ -192,16 +192,16 @@ class EngineLoop:
             job.close()
             sink.put(Failed(job_id, f"{type(error).__name__}: {error}"))
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, status: int = 500) -> None:
         request_ids: List[str] = list(self._sinks)
         for request_id in request_ids:
-            self._sinks.pop(request_id).put(Failed(request_id, message))
+            self._sinks.pop(request_id).put(Failed(request_id, message, status))
         if request_ids:
             self.engine.abort_request(request_ids)
         for job_id, (job, sink) in list(self._jobs.items()):
             job.abort()
             job.close()
-            sink.put(Failed(job_id, message))
+            sink.put(Failed(job_id, message, status))
         self._jobs.clear()
         # Whatever the engine still holds belongs to nobody now.
         scheduler = self.engine.scheduler
@@ -211,7 +211,7 @@ class EngineLoop:
             self.engine.abort_request(leftovers)
 
     def _abort_all(self) -> None:
-        self._fail_all("the server is shutting down")
+        self._fail_all("the server is shutting down", 503)
         while True:  # answer calls that raced with the stop
             try:
                 command = self._inbox.get_nowait()
@@ -221,4 +221,4 @@ class EngineLoop:
                 command.future.cancel()
             elif isinstance(command, (_Add, _AddJob)):
                 command.sink.put(Failed(getattr(command, "request_id", getattr(command, "job_id", "")),
-                                        "the server is shutting down"))
+                                        "the server is shutting down", 503))

@@ -26,10 +26,23 @@ def make_state(engine: Any, model_name: str, settings: ServerSettings) -> Server
     return ServerState(EngineLoop(engine, metrics), metrics, model_name, settings)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which at shutdown first stops the engine loop: requests in flight end at once (a stream
+    gets an error event and [DONE], a waiting request a 503) instead of running into the graceful timeout."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.state.loop.stop(timeout=30)
+        await super().shutdown(sockets)
+
+
 def _uvicorn_server(state: ServerState) -> uvicorn.Server:
     config = uvicorn.Config(build_app(state), host=state.settings.host, port=state.settings.port,
                             log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
-    return uvicorn.Server(config)
+    return _Server(config, state)
 
 
 def serve(engine: Any, model_name: str, settings: ServerSettings) -> None:

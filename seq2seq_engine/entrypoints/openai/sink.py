@@ -24,10 +24,12 @@ class Rejected:
 
 @dataclasses.dataclass(frozen=True)
 class Failed:
-    """The engine loop hit an unexpected error while running the request; it was aborted (a 500 for the client)."""
+    """The request was aborted by the server: the engine loop hit an unexpected error (500) or the server is
+    shutting down (503)."""
 
     request_id: str
     message: str
+    status: int = 500
 
 
 @dataclasses.dataclass(frozen=True)
