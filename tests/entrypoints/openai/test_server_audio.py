@@ -5,6 +5,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import re
 
 import httpx
 import pytest
@@ -113,6 +114,28 @@ def test_bad_uploads_get_4xx(server, clip):
     assert translation.status_code == 400 and "translate" in translation.json()["error"]["message"]
     state = wait_until_idle(server)
     assert state["unfinished"] == 0 and state["free"] == state["total"] and state["cross_tables"] == 0
+
+
+def test_client_leaving_a_transcription_aborts_its_job(server, clip, tmp_path):
+    import numpy as np
+    import soundfile
+
+    from seq2seq_engine.audio import load_audio
+    samples = load_audio(clip)
+    long_file = tmp_path / "long.wav"  # four minutes: windows still decoding when the client leaves
+    soundfile.write(long_file, np.concatenate([samples, np.zeros(16000 * 27, np.float32)] * 8), 16000)
+    audio_seconds = _metric(server, "audio_seconds_total")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=1.0, files={"file": open(long_file, "rb")},
+                   data={"model": MODEL, "temperature": "0"})
+    state = wait_until_idle(server, timeout=60)
+    assert state["unfinished"] == 0 and state["free"] == state["total"] and state["cross_tables"] == 0
+    assert _metric(server, "audio_seconds_total") == audio_seconds  # aborted: the input never finished
+
+
+def _metric(server, name):
+    text = httpx.get(f"{server.url}/metrics").text
+    return float(re.search(rf"^seq2seq_engine:{name}\{{[^}}]*\}} (\S+)$", text, re.M).group(1))
 
 
 def test_concurrent_transcriptions_share_the_loop_and_free_blocks(server, reference, clip):
