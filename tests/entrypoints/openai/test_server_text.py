@@ -1,6 +1,8 @@
 """The server on SmolLM2-135M-Instruct, driven by the official `openai` client: completions and streamed chat
 completions give the tokens of `LLM.generate` on the same prompts and seeds; models, tokenize, X-Request-Id."""
 import concurrent.futures
+import re
+import time
 
 import httpx
 import pytest
@@ -154,3 +156,22 @@ def test_tokenize_and_detokenize(server, model_dir):
     assert text["prompt"] == tokenizer.decode(tokens["tokens"])
     chat = httpx.post(f"{server.url}/tokenize", json={"messages": CHAT}).json()
     assert chat["tokens"] == _chat_token_ids(model_dir)[1]
+
+
+def test_metrics_count_the_served_requests(server, client):
+    def sample(name):
+        text = httpx.get(f"{server.url}/metrics").text
+        return float(re.search(rf"^seq2seq_engine:{name}\{{[^}}]*\}} (\S+)$", text, re.M).group(1))
+
+    before = {name: sample(name) for name in ("generation_tokens_total", "time_to_first_token_seconds_count",
+                                              "e2e_request_latency_seconds_count", "prompt_tokens_total")}
+    response = client.completions.create(model=MODEL, prompt=PROMPTS, max_tokens=5, temperature=0)
+    assert sample("generation_tokens_total") - before["generation_tokens_total"] == response.usage.completion_tokens
+    assert sample("prompt_tokens_total") - before["prompt_tokens_total"] == response.usage.prompt_tokens
+    assert sample("time_to_first_token_seconds_count") - before["time_to_first_token_seconds_count"] == 2
+    assert sample("e2e_request_latency_seconds_count") - before["e2e_request_latency_seconds_count"] == 2
+    assert sample("inter_token_latency_seconds_count") > 0
+    deadline = time.monotonic() + 5  # the gauges are set after the step that finished the requests
+    while (sample("num_requests_running"), sample("kv_cache_usage_perc")) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (sample("num_requests_running"), sample("kv_cache_usage_perc")) == (0, 0)
