@@ -118,8 +118,12 @@ class EngineLoop:
         if isinstance(command, _Add):
             try:
                 self.engine.add_request(command.request_id, command.prompt, command.params)
-            except Exception as error:  # refused (bad prompt or params): the client's error
+            except (ValueError, TypeError) as error:  # refused (bad prompt or params): the client's error
                 command.sink.put(Rejected(command.request_id, error))
+                return
+            except Exception as error:
+                logger.exception("adding request %s failed", command.request_id)
+                command.sink.put(Failed(command.request_id, f"{type(error).__name__}: {error}"))
                 return
             self._sinks[command.request_id] = command.sink
             self.metrics.request_added(command.request_id)
@@ -168,29 +172,39 @@ class EngineLoop:
                     break
 
     def _fill_jobs(self) -> None:
+        """Let each job queue its requests; a job with nothing in flight after that is done (as in pipeline.py: a
+        retry queued by on_output is only admitted here, so "nothing in flight" is judged after fill only)."""
         for job_id, (job, sink) in list(self._jobs.items()):
-            self._run_job(job_id, job, sink, job.fill)
-
-    def _collect_jobs(self) -> None:
-        """Hand each job's finished inputs to its handler; a job with nothing in flight is done."""
-        for job_id, (job, sink) in list(self._jobs.items()):
-            for index, result in job.take_finished():
-                self.metrics.audio_done(result.duration)
-                sink.put(InputResult(index, result))
+            if not self._run_job(job_id, job, sink, job.fill):
+                continue
             if not job.in_flight:
+                self._collect(job, sink)
                 del self._jobs[job_id]
                 job.close()
                 sink.put(JobDone(job_id))
 
-    def _run_job(self, job_id: str, job: Any, sink: Sink, method: Callable, *args: Any) -> None:
+    def _collect_jobs(self) -> None:
+        """Hand each job's finished inputs to its handler."""
+        for job, sink in list(self._jobs.values()):
+            self._collect(job, sink)
+
+    def _collect(self, job: Any, sink: Sink) -> None:
+        for index, result in job.take_finished():
+            self.metrics.audio_done(result.duration)
+            sink.put(InputResult(index, result))
+
+    def _run_job(self, job_id: str, job: Any, sink: Sink, method: Callable, *args: Any) -> bool:
+        """Call one of the job's methods; an exception fails the job (False), not the loop."""
         try:
             method(*args)
+            return True
         except Exception as error:
             logger.exception("transcription job %s failed", job_id)
             self._jobs.pop(job_id, None)
             job.abort()
             job.close()
             sink.put(Failed(job_id, f"{type(error).__name__}: {error}"))
+            return False
 
     def _fail_all(self, message: str, status: int = 500) -> None:
         request_ids: List[str] = list(self._sinks)

@@ -89,6 +89,18 @@ def test_word_timestamps_and_engine_extras(client, reference, clip):
     assert verbose.text == expected.text
 
 
+def test_temperature_fallback_retries_run_on_the_loop(client, reference, clip):
+    """A log-prob threshold no window meets: each window is retried at every temperature (the retries are queued
+    while a step's outputs are handled, and admitted at the next fill)."""
+    options = dict(temperature=(0.0, 0.4, 0.8), log_prob_threshold=0.0, no_speech_threshold=None, seed=3)
+    [expected] = reference.transcribe(clip, timestamps=True, use_tqdm=False, **options)
+    assert [s.temperature for s in expected.segments] == [0.8] * len(expected.segments)
+    verbose = _transcribe(client, clip, response_format="verbose_json", temperature="0,0.4,0.8",
+                          extra_body={"log_prob_threshold": "0", "no_speech_threshold": "none", "seed": "3"})
+    assert verbose.text == expected.text
+    assert [s.temperature for s in verbose.segments] == [0.8] * len(expected.segments)
+
+
 def test_bad_uploads_get_4xx(server, clip):
     url = f"{server.url}/v1/audio/transcriptions"
     cases = [
