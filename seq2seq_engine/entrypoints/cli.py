@@ -1,5 +1,6 @@
-"""Command line: `seq2seq-engine generate|summarize|translate ...` (text/token prompts, see text_cli) and
-`seq2seq-engine transcribe AUDIO...` (Whisper, see transcribe_cli)."""
+"""Command line: `seq2seq-engine generate|summarize|translate ...` (text/token prompts, see text_cli),
+`seq2seq-engine transcribe AUDIO...` (Whisper, see transcribe_cli) and `seq2seq-engine serve MODEL` (the
+OpenAI-compatible server, see openai/serve_cli)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import sys
 from typing import List, Optional
 
 from seq2seq_engine.entrypoints import text_cli, transcribe_cli
+from seq2seq_engine.entrypoints.openai import serve_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     text_cli.add_parsers(commands)
     transcribe_cli.add_parser(commands)
+    serve_cli.add_parser(commands)
     return parser
 
 
@@ -21,6 +24,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "transcribe":
         return transcribe_cli.run(args)
+    if args.command == "serve":
+        return serve_cli.run(args)
     return text_cli.main(args)
 
 

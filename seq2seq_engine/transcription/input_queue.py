@@ -16,7 +16,7 @@ from seq2seq_engine.transcription.work_items import InputState, Window, WindowTa
 
 
 class InputQueue:
-    """The reading and queueing half of a transcription; pipeline.py's `_Transcription` adds the engine loop and
+    """The reading and queueing half of a transcription; job.py's `TranscriptionJob` adds the engine requests and
     each window's decoding, and provides what is used here: `options`, `plan`, `tokens`, `language`, `vad`,
     `window_samples`, `progress`, `_window_task`, `_prompt`, `_window_done`, `_features`, `_fail` and `_maybe_finish`.
 

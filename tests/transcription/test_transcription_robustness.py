@@ -11,7 +11,7 @@ from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
-from seq2seq_engine.transcription import pipeline as pipeline_module
+from seq2seq_engine.transcription import job as job_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SR = 16000
@@ -73,8 +73,8 @@ def requests(llm, monkeypatch):
 def windows(monkeypatch):
     """Per transcribed input, the WindowTokens it was stitched from (silent windows included)."""
     calls = []
-    real = pipeline_module.stitch
-    monkeypatch.setattr(pipeline_module, "stitch", lambda w, *a, **k: calls.append(list(w)) or real(w, *a, **k))
+    real = job_module.stitch
+    monkeypatch.setattr(job_module, "stitch", lambda w, *a, **k: calls.append(list(w)) or real(w, *a, **k))
     return calls
 
 
@@ -191,7 +191,7 @@ def test_clip_timestamps_transcribe_only_the_clips(llm, hf, clips, windows):
                             use_tqdm=False, vad_filter=False)[0]
     clip = audio[30 * SR:36 * SR]
     assert [(w.offset, w.duration) for w in windows[0]] == [(30.0, 6.0)]
-    tokens = pipeline_module.whisper_tokens_for(llm.llm_engine)
+    tokens = job_module.whisper_tokens_for(llm.llm_engine)
     assert windows[0][0].token_ids == _hf_greedy(hf, clip, tokens.prompt(timestamps=True), 224,
                                                  return_timestamps=True, force_unique_generate_call=True)
     assert "fox" in result.text and "one" not in result.text.lower() and "1" not in result.text

@@ -3,7 +3,7 @@ engine on it with a small KV pool, and a spy on the tokens of each stitched wind
 import pytest
 from conftest import require_model
 
-from seq2seq_engine.transcription import pipeline as pipeline_module
+from seq2seq_engine.transcription import job as job_module
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,11 @@ def tiny_llm(tiny_dir):
 def window_tokens(monkeypatch):
     """Per stitched input (in the order results are made), the token ids of each window it was stitched from."""
     calls = []
-    real = pipeline_module.stitch
+    real = job_module.stitch
 
     def spy(windows, *args, **kwargs):
         calls.append([list(w.token_ids) for w in windows])
         return real(windows, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline_module, "stitch", spy)
+    monkeypatch.setattr(job_module, "stitch", spy)
     return calls

@@ -1,0 +1,86 @@
+"""The FastAPI application: routes, error handlers and middleware over one ServerState."""
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from seq2seq_engine.entrypoints.openai.audio import create_transcription
+from seq2seq_engine.entrypoints.openai.chat import chat_prompt_token_ids, create_chat_completion
+from seq2seq_engine.entrypoints.openai.completions import create_completion
+from seq2seq_engine.entrypoints.openai.errors import APIError, install_error_handlers
+from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                                                        TokenizeRequest)
+from seq2seq_engine.entrypoints.openai.state import ServerState
+
+
+def build_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="seq2seq-engine", docs_url=None, redoc_url=None)
+    app.state.server = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=state.settings.max_upload_bytes)
+    app.add_middleware(ApiKeyMiddleware, api_key=state.settings.api_key)
+    _info_routes(app, state)
+    _token_routes(app, state)
+    _generation_routes(app, state)
+    return app
+
+
+def _info_routes(app: FastAPI, state: ServerState) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        if not state.loop.alive:
+            raise APIError("the engine loop has stopped", 503)
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "seq2seq-engine",
+                "max_model_len": state.model_config.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+
+def _token_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> JSONResponse:
+        state.check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise APIError("send either prompt or messages", param="prompt")
+        tokenizer = state.need_tokenizer()
+        if body.messages is not None:
+            tokens = chat_prompt_token_ids(body.messages, state, add_generation_prompt=True)
+        else:
+            tokens = tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        return JSONResponse({"tokens": tokens, "count": len(tokens),
+                             "max_model_len": state.model_config.max_model_len})
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> JSONResponse:
+        state.check_model(body.model)
+        vocab_size = state.model_config.vocab_size
+        bad = [token for token in body.tokens if not 0 <= token < vocab_size]
+        if bad:
+            raise APIError(f"tokens {bad[:5]} are outside the vocabulary [0, {vocab_size})", param="tokens")
+        return JSONResponse({"prompt": state.need_tokenizer().decode(body.tokens)})
+
+
+def _generation_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await create_completion(body, request, state)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        return await create_chat_completion(body, request, state)
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request):
+        return await create_transcription(request, state, "transcribe")
+
+    @app.post("/v1/audio/translations")
+    async def translations(request: Request):
+        return await create_transcription(request, state, "translate")

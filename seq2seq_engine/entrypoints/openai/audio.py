@@ -1,0 +1,68 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations: the upload runs as a TranscriptionJob on the engine loop
+(beside the text requests) and comes back as json, text, srt, vtt or verbose_json."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict
+
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.requests import Request
+
+from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, parse_audio_form
+from seq2seq_engine.entrypoints.openai.client import run_job
+from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.state import ServerState
+from seq2seq_engine.transcription.job import TranscriptionJob
+from seq2seq_engine.transcription.results import TranscriptionResult, render
+
+
+async def create_transcription(request: Request, state: ServerState, task: str):
+    if not state.takes_audio:
+        raise APIError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)", param="model")
+    async with request.form(max_files=1, max_fields=100) as form:
+        audio = await parse_audio_form(form, task, state.settings.max_upload_bytes)
+    if audio.model is None:
+        raise APIError("model is required", param="model")
+    state.check_model(audio.model)
+    try:
+        job = TranscriptionJob(state.engine, [audio.data], audio.options)
+    except (ValueError, TypeError) as error:
+        raise APIError(str(error)) from None
+    [(_, result)] = await run_job(state.loop, job, request)
+    if result.error is not None:
+        raise APIError(f"{audio.filename}: {result.error.replace('<bytes>: ', '')}", param="file",
+                       code="invalid_audio")
+    headers = {"X-Request-Id": request.headers["x-request-id"]} if "x-request-id" in request.headers else None
+    if audio.response_format in ("text", "srt", "vtt"):
+        text = render(result, {"text": "txt"}.get(audio.response_format, audio.response_format),
+                      audio.max_words_per_line)
+        return PlainTextResponse(text, headers=headers)
+    if audio.response_format == "json":
+        return JSONResponse({"text": result.text, "usage": _usage(result)}, headers=headers)
+    return JSONResponse(verbose_json(result, audio, task), headers=headers)
+
+
+def _usage(result: TranscriptionResult) -> Dict[str, Any]:
+    return {"type": "duration", "seconds": int(math.ceil(result.duration))}
+
+
+def _language_name(code: str) -> str:
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+    return LANGUAGES.get(code, code)
+
+
+def verbose_json(result: TranscriptionResult, audio: AudioRequest, task: str) -> Dict[str, Any]:
+    """OpenAI's verbose_json: task, language, duration, text, segments with the decoding scores, words if asked."""
+    segments = [{"id": number, "seek": int(round(segment.start * 100)), "start": segment.start, "end": segment.end,
+                 "text": segment.text, "tokens": [], "temperature": segment.temperature,
+                 "avg_logprob": segment.avg_logprob, "compression_ratio": segment.compression_ratio,
+                 "no_speech_prob": segment.no_speech_prob}
+                for number, segment in enumerate(result.segments)]
+    body: Dict[str, Any] = {"task": task, "language": _language_name(result.language or ""),
+                            "duration": result.duration, "text": result.text, "segments": segments,
+                            "usage": _usage(result)}
+    if audio.words:
+        body["words"] = [{"word": word.word.strip(), "start": word.start, "end": word.end,
+                          "probability": word.probability}
+                         for segment in result.segments for word in segment.words or []]
+    return body

@@ -1,0 +1,136 @@
+"""The multipart form of /v1/audio/transcriptions and /translations: OpenAI's fields (file, model, language, prompt,
+temperature, response_format, timestamp_granularities[]) and any TranscriptionOptions field as an extra field."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, List, Optional
+
+from starlette.datastructures import FormData, UploadFile
+
+from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.transcription.options import TranscriptionOptions
+
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+GRANULARITIES = ("segment", "word")
+_BOOLS = ("condition_on_previous_text", "skip_silence", "suppress_blank", "vad_filter", "word_timestamps")
+_INTS = ("max_new_tokens", "beam_width", "best_of", "seed")
+_OPTIONAL_FLOATS = ("compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold",
+                    "prompt_reset_on_temperature", "hallucination_silence_threshold")
+_TEXTS = ("prefix", "hotwords", "clip_timestamps", "suppress_tokens")
+_ALIASES = {"beam_size": "beam_width"}  # faster-whisper's name
+# Set by the endpoint or the server itself, never by a form field.
+_RESERVED = ("task", "timestamps", "use_tqdm", "max_in_flight", "initial_prompt")
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioRequest:
+    data: bytes
+    filename: str
+    model: Optional[str]
+    response_format: str
+    words: bool
+    max_words_per_line: Optional[int]
+    options: TranscriptionOptions
+
+
+def _bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise APIError(f"{name} must be true or false, got {text!r}", param=name)
+
+
+def _number(name: str, text: str, kind: type) -> Any:
+    if kind is float and text.strip().lower() == "none":
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise APIError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {text!r}",
+                       param=name) from None
+
+
+def _extra_field(name: str, text: str) -> Any:
+    if name in _BOOLS:
+        return _bool(name, text)
+    if name in _INTS:
+        return _number(name, text, int)
+    if name in _OPTIONAL_FLOATS:
+        return _number(name, text, float)
+    if name in _TEXTS:
+        return text
+    if name == "vad_parameters":
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise APIError("vad_parameters must be a JSON object", param=name) from None
+    known = sorted(_BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + tuple(_ALIASES))
+    raise APIError(f"unknown field {name!r}; the extra fields are: {', '.join(known)}", param=name)
+
+
+def _single(form: FormData, name: str) -> Optional[str]:
+    values = form.getlist(name)
+    if len(values) > 1:
+        raise APIError(f"{name} was sent {len(values)} times", param=name)
+    if values and not isinstance(values[0], str):
+        raise APIError(f"{name} must be a text field, not a file", param=name)
+    return values[0] if values else None
+
+
+async def parse_audio_form(form: FormData, task: str, max_upload_bytes: int) -> AudioRequest:
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise APIError("file is required: the audio file as a multipart upload", param="file")
+    data = await upload.read()
+    if len(data) > max_upload_bytes:
+        raise APIError(f"the file has {len(data)} bytes, more than the server's limit of {max_upload_bytes}",
+                       413, param="file", code="file_too_large")
+    if not data:
+        raise APIError("the file is empty", param="file")
+    response_format = _single(form, "response_format") or "json"
+    if response_format not in RESPONSE_FORMATS:
+        raise APIError(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}",
+                       param="response_format")
+    granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+    for granularity in granularities:
+        if granularity not in GRANULARITIES:
+            raise APIError(f"timestamp_granularities[] takes {' and '.join(GRANULARITIES)}, got {granularity!r}",
+                           param="timestamp_granularities[]")
+    return AudioRequest(data, upload.filename or "audio", _single(form, "model"), response_format,
+                        "word" in granularities, _max_words(form),
+                        _options(form, task, response_format, granularities))
+
+
+def _max_words(form: FormData) -> Optional[int]:
+    text = _single(form, "max_words_per_line")
+    return None if text is None else _number("max_words_per_line", text, int)
+
+
+def _options(form: FormData, task: str, response_format: str, granularities: List[str]) -> TranscriptionOptions:
+    fields: Dict[str, Any] = {"task": task, "use_tqdm": False,
+                              "timestamps": response_format in ("srt", "vtt", "verbose_json") or bool(granularities),
+                              "word_timestamps": "word" in granularities}
+    openai_fields = {"file", "model", "response_format", "timestamp_granularities[]", "timestamp_granularities",
+                     "max_words_per_line", "language", "prompt", "temperature", "stream"}
+    language, prompt, temperature = (_single(form, name) for name in ("language", "prompt", "temperature"))
+    if language:
+        fields["language"] = language
+    if prompt:
+        fields["initial_prompt"] = prompt
+    if temperature is not None:
+        fields["temperature"] = temperature  # "0" or "0,0.2,0.4": TranscriptionOptions parses both
+    if _single(form, "stream") not in (None, "false"):
+        raise APIError("stream is not supported for audio; segments come in one response", param="stream")
+    for name in {key for key in form.keys() if key not in openai_fields}:
+        if name in _RESERVED:
+            raise APIError(f"{name} is set by the endpoint and response_format, not by a field", param=name)
+        value = _single(form, name)
+        fields[_ALIASES.get(name, name)] = _extra_field(_ALIASES.get(name, name), value)
+    try:
+        return TranscriptionOptions(**fields)
+    except (ValueError, TypeError) as error:
+        name = str(error).split(" ", 1)[0]
+        raise APIError(str(error), param=name if name in fields else None) from None

@@ -1,0 +1,149 @@
+"""The handler side of the engine loop: submit a request's prompts (or a transcription job), wait for the engine to
+accept them, then read their outputs; a client that goes away aborts them."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+
+from starlette.requests import Request
+
+from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
+from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone
+from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputResult, JobDone, Rejected, Sink
+
+_DISCONNECT_POLL_S = 0.5
+
+
+class EngineRequests:
+    """The engine requests of one HTTP request: one per prompt, all feeding one Sink. Use `async with` so that
+    whatever is unfinished when the handler leaves (error, disconnect, cancellation) is aborted."""
+
+    def __init__(self, loop: EngineLoop, http_request: Optional[Request], base_id: str) -> None:
+        self.loop, self.connection = loop, Connection(http_request)
+        self.base_id = f"{base_id}-{uuid.uuid4().hex[:8]}"
+        self.sink = Sink()
+        self.unfinished: List[str] = []
+        self._early: List[Any] = []  # outputs that arrived while submit() waited for the engine's answers
+        self._ids = itertools.count()
+
+    async def __aenter__(self) -> "EngineRequests":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self.unfinished:
+            self.loop.abort(*self.unfinished)
+            self.unfinished = []
+
+    async def submit(self, prompts: Sequence[Any], params: Sequence[Any], param: str = "prompt") -> List[str]:
+        """Queue every prompt; when the engine refuses one, abort the others and raise a 400 naming `param` (any
+        error, a disconnect included, aborts what was queued)."""
+        request_ids = [f"{self.base_id}-{next(self._ids)}" for _ in prompts]
+        for request_id, prompt, request_params in zip(request_ids, prompts, params):
+            self.loop.add_request(request_id, prompt, request_params, self.sink)
+        self.unfinished = list(request_ids)
+        try:
+            await self._answers(len(request_ids), param)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return request_ids
+
+    async def _answers(self, count: int, param: str) -> None:
+        refusal: Optional[Rejected] = None
+        answered = 0
+        while answered < count:
+            reply = await next_item(self.sink, self.connection)
+            if not isinstance(reply, (Accepted, Rejected, Failed)):
+                self._early.append(reply)
+                continue
+            answered += 1
+            if isinstance(reply, Rejected):
+                self.unfinished.remove(reply.request_id)
+                refusal = refusal or reply
+            elif isinstance(reply, Failed):
+                raise APIError(reply.message, reply.status)
+        if refusal is not None:
+            raise APIError(str(refusal.error), 400, param=_param_of(refusal.error, param))
+
+    async def outputs(self) -> AsyncIterator[Any]:
+        """Every RequestOutput of the submitted requests, as they come, until all have finished."""
+        while self.unfinished:
+            item = await self._next()
+            if isinstance(item, Failed):
+                raise APIError(item.message, item.status)
+            if item.finished and item.request_id in self.unfinished:
+                self.unfinished.remove(item.request_id)
+            yield item
+
+    async def final_outputs(self) -> Dict[str, Any]:
+        finals = {}
+        async for output in self.outputs():
+            if output.finished:
+                finals[output.request_id] = output
+        return finals
+
+    async def _next(self) -> Any:
+        if self._early:
+            return self._early.pop(0)
+        return await next_item(self.sink, self.connection)
+
+
+class Connection:
+    """The HTTP client's connection, checked at most every _DISCONNECT_POLL_S (a cheap non-blocking receive)."""
+
+    def __init__(self, http_request: Optional[Request]) -> None:
+        self.http_request = http_request
+        self._checked = time.monotonic()
+
+    async def check(self) -> None:
+        """ClientGone when the client has disconnected."""
+        if self.http_request is None or time.monotonic() - self._checked < _DISCONNECT_POLL_S:
+            return
+        self._checked = time.monotonic()
+        if await self.http_request.is_disconnected():
+            raise ClientGone()
+
+
+async def next_item(sink: Sink, connection: Connection) -> Any:
+    """The next item from the engine; checks the client's connection while waiting and between items."""
+    while True:
+        await connection.check()
+        try:
+            return await asyncio.wait_for(sink.queue.get(), _DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            continue
+
+
+async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -> List[Tuple[int, Any]]:
+    """Run a transcription job on the engine loop; (input index, TranscriptionResult) in input order."""
+    job_id = f"transcription-{uuid.uuid4().hex[:12]}"
+    sink, connection = Sink(), Connection(http_request)
+    loop.add_job(job_id, job, sink)
+    results: List[Tuple[int, Any]] = []
+    try:
+        while True:
+            item = await next_item(sink, connection)
+            if isinstance(item, InputResult):
+                results.append((item.index, item.result))
+            elif isinstance(item, Failed):
+                raise APIError(item.message, item.status)
+            elif isinstance(item, JobDone):
+                return sorted(results, key=lambda pair: pair[0])
+            elif not isinstance(item, Accepted):
+                raise APIError(f"unexpected message from the engine loop: {item!r}", 500)
+    except BaseException:
+        loop.abort(job_id)
+        raise
+
+
+def _param_of(error: BaseException, default: str) -> str:
+    """The request field an engine error names, when it names one of the sampling fields; else `default`."""
+    text = str(error)
+    head = text.split(" ", 1)[0].split("=", 1)[0].strip(":,")
+    sampling = {"max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "seed", "logprobs", "stop",
+                "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens",
+                "length_penalty", "beam_width", "logit_bias", "stop_token_ids", "bad_words", "allowed_token_ids"}
+    return head if head in sampling else default

@@ -1,0 +1,81 @@
+"""OpenAI-style errors: every refused request gets a 4xx with {"error": {"message", "type", "param", "code"}}."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+logger = logging.getLogger(__name__)
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+          500: "internal_server_error", 503: "service_unavailable"}
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected while its request was running."""
+
+
+class APIError(Exception):
+    """A refused request: its HTTP status and the fields of the OpenAI error body."""
+
+    def __init__(self, message: str, status: int = 400, param: Optional[str] = None,
+                 code: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message, self.status, self.param, self.code = message, status, param, code
+
+
+def error_body(message: str, status: int, param: Optional[str] = None, code: Optional[str] = None) -> dict:
+    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
+                      "code": code}}
+
+
+def error_response(message: str, status: int, param: Optional[str] = None, code: Optional[str] = None,
+                   headers: Optional[dict] = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param, code), status_code=status, headers=headers)
+
+
+def _validation_message(error: dict) -> tuple:
+    """(message, param) of pydantic's first error: the field path (without the 'body' root) and what is wrong."""
+    location = [str(part) for part in error.get("loc", ()) if part != "body"]
+    param = ".".join(location) or None
+    if error.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {error.get('ctx', {}).get('error', error.get('msg'))}", None
+    if not location:
+        return "the request body must be a JSON object (Content-Type: application/json)", None
+    if error.get("type") == "extra_forbidden":
+        return f"unknown field {param!r}", param
+    received = error.get("input")
+    shown = "" if isinstance(received, dict) else f" (got {received!r})"
+    return f"{param or 'body'}: {error.get('msg')}{shown}", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, error: APIError) -> JSONResponse:
+        return error_response(error.message, error.status, error.param, error.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
+        errors: Any = error.errors()
+        message, param = _validation_message(errors[0]) if errors else ("invalid request", None)
+        return error_response(message, 400, param)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, error: HTTPException) -> JSONResponse:
+        code = "file_too_large" if error.status_code == 413 else None
+        return error_response(str(error.detail), error.status_code, code=code, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_: Request, error: ClientGone) -> JSONResponse:
+        # Nobody reads this answer: the client has left and its requests are aborted (nginx logs this as 499).
+        return error_response("the client closed the connection", 499, code="client_closed_request")
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, error: Exception) -> JSONResponse:
+        logger.exception("unexpected error while serving a request")
+        return error_response(f"internal error: {type(error).__name__}: {error}", 500)

@@ -1,0 +1,98 @@
+"""Prometheus metrics of the server (GET /metrics): queue sizes and KV-cache use read from the engine after each
+step, token and audio counters, and time-to-first-token / inter-token / end-to-end latency histograms."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Dict, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclasses.dataclass
+class _Timing:
+    arrival: float
+    last_token: Optional[float] = None
+    num_tokens: int = 0
+
+
+class ServerMetrics:
+    """One registry per server (no process-wide state); the engine thread updates it, /metrics renders it."""
+
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry()
+        labels, values = ["model_name"], [model_name]
+
+        def make(kind, name, documentation, **kwargs):
+            return kind(f"seq2seq_engine:{name}", documentation, labels, registry=self.registry,
+                        **kwargs).labels(*values)
+
+        self.running = make(Gauge, "num_requests_running", "Requests in the running queue")
+        self.waiting = make(Gauge, "num_requests_waiting", "Requests waiting to be admitted")
+        self.swapped = make(Gauge, "num_requests_swapped", "Requests swapped out to the CPU pool")
+        self.kv_usage = make(Gauge, "kv_cache_usage_perc", "Fraction of device KV blocks held (self and cross)")
+        self.free_blocks = make(Gauge, "kv_cache_free_blocks", "Free device KV blocks")
+        self.total_blocks = make(Gauge, "kv_cache_total_blocks", "Device KV blocks in the pool")
+        self.preemptions = make(Counter, "num_preemptions", "Requests preempted by the scheduler")
+        self.prompt_tokens = make(Counter, "prompt_tokens", "Prompt tokens of finished requests")
+        self.generation_tokens = make(Counter, "generation_tokens", "Tokens generated")
+        self.audio_seconds = make(Counter, "audio_seconds", "Seconds of audio transcribed")
+        self.requests = make(Counter, "requests_finished", "Requests finished (aborted ones included)")
+        self.ttft = make(Histogram, "time_to_first_token_seconds", "Time to first token",
+                         buckets=_LATENCY_BUCKETS)
+        self.itl = make(Histogram, "inter_token_latency_seconds", "Time between tokens of a request",
+                        buckets=_TOKEN_BUCKETS)
+        self.e2e = make(Histogram, "e2e_request_latency_seconds", "Arrival to last token", buckets=_LATENCY_BUCKETS)
+        self._timings: Dict[str, _Timing] = {}
+        self._preemptions_seen = 0
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ---------------------------------------------------------------- called on the engine thread
+    def request_added(self, request_id: str) -> None:
+        self._timings[request_id] = _Timing(time.monotonic())
+
+    def request_output(self, output: Any) -> None:
+        timing = self._timings.get(output.request_id)
+        if timing is None:
+            return
+        now = time.monotonic()
+        num_tokens = sum(len(completion.token_ids) for completion in output.outputs)
+        if num_tokens > timing.num_tokens:
+            self.generation_tokens.inc(num_tokens - timing.num_tokens)
+            if timing.last_token is None:
+                self.ttft.observe(now - timing.arrival)
+            else:
+                self.itl.observe(now - timing.last_token)
+            timing.last_token, timing.num_tokens = now, num_tokens
+        if output.finished:
+            self.prompt_tokens.inc(len(output.prompt_token_ids) + len(output.encoder_prompt_token_ids or []))
+            self.e2e.observe(now - timing.arrival)
+            self.requests.inc()
+            del self._timings[output.request_id]
+
+    def request_aborted(self, request_id: str) -> None:
+        if self._timings.pop(request_id, None) is not None:
+            self.requests.inc()
+
+    def audio_done(self, seconds: float) -> None:
+        self.audio_seconds.inc(max(0.0, seconds))
+
+    def engine_state(self, engine: Any) -> None:
+        scheduler = engine.scheduler
+        self.running.set(len(scheduler.running))
+        self.waiting.set(len(scheduler.waiting))
+        self.swapped.set(len(scheduler.swapped))
+        total = scheduler.block_manager.num_total_gpu_blocks
+        free = scheduler.block_manager.get_num_free_gpu_blocks()
+        self.total_blocks.set(total)
+        self.free_blocks.set(free)
+        self.kv_usage.set(1.0 - free / total if total else 0.0)
+        preemptions = scheduler.num_cumulative_preemption
+        if preemptions > self._preemptions_seen:
+            self.preemptions.inc(preemptions - self._preemptions_seen)
+            self._preemptions_seen = preemptions

@@ -1,0 +1,69 @@
+"""ASGI middleware of the server: the API key on /v1/* (401) and the request-body size limit (413), answered with
+OpenAI-style error bodies."""
+from __future__ import annotations
+
+import hmac
+from typing import Optional
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from seq2seq_engine.entrypoints.openai.errors import error_response
+
+
+class ApiKeyMiddleware:
+    """With a key, every /v1/* request needs `Authorization: Bearer KEY` (401 otherwise)."""
+
+    def __init__(self, app: ASGIApp, api_key: Optional[str]) -> None:
+        self.app, self.api_key = app, api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.api_key is None or scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"authorization", b"").decode("latin-1")
+        expected = f"Bearer {self.api_key}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            response = error_response("missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+                                      401, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """A request body over `max_bytes` is refused with 413: at once when its Content-Length says so, else when
+    the bytes received pass the limit (chunked uploads)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:  # raised inside the handler reading the body: answered as a 413
+                    raise HTTPException(413, self._message())
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than the server's limit of {self.max_bytes} bytes (--max-upload-mb)"
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(self._message(), 413, code="file_too_large", headers={"Connection": "close"})
+        await response(scope, receive, send)

@@ -1,0 +1,81 @@
+"""From a request body to the engine's request parameters: the fields the client sent, as overrides of the model's
+generation_config.json defaults (a dict the engine turns into SamplingParams or BeamSearchParams)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from seq2seq_engine.entrypoints.openai.errors import APIError
+
+# Request fields passed to the engine under the same name when sent.
+_PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+           "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
+           "include_stop_str_in_output", "no_repeat_ngram_size", "bad_words", "allowed_token_ids")
+# OpenAI's default max_tokens for /v1/completions when neither the client nor the model sets one.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+def engine_overrides(body: Any, max_tokens: Optional[int], logprobs: Optional[int]) -> Dict[str, Any]:
+    """The overrides dict for `LLMEngine.add_request(..., params=dict)`: every sampling field the client sent, n /
+    best_of as sampling sequences, or use_beam_search as a beam search of width best_of (or n)."""
+    overrides: Dict[str, Any] = {name: getattr(body, name) for name in _PASSED if getattr(body, name) is not None}
+    if body.stop is not None:
+        overrides["stop"] = [body.stop] if isinstance(body.stop, str) else list(body.stop)
+    if body.logit_bias:
+        overrides["logit_bias"] = _logit_bias(body.logit_bias)
+    overrides["max_tokens"] = max_tokens
+    if logprobs is not None:
+        overrides["logprobs"] = logprobs
+    if body.use_beam_search:
+        return _beam_overrides(body, overrides)
+    for name in ("length_penalty", "early_stopping"):
+        if getattr(body, name) is not None:
+            raise APIError(f"{name} applies to beam search only (use_beam_search=true)", param=name)
+    if body.n != 1:
+        overrides["n"] = body.n
+    if body.best_of is not None:
+        overrides["best_of"] = body.best_of
+    if body.n > 1 or (body.best_of or 1) > 1:
+        overrides.setdefault("temperature", 1.0)  # several sequences need sampling (OpenAI's default temperature)
+    return overrides
+
+
+def _beam_overrides(body: Any, overrides: Dict[str, Any]) -> Dict[str, Any]:
+    width = body.best_of or body.n
+    if width < body.n:
+        raise APIError(f"best_of ({width}) must be >= n ({body.n}) for beam search", param="best_of")
+    for name in ("top_p", "top_k", "min_p", "seed"):
+        if name in overrides:
+            raise APIError(f"{name} does not apply to beam search (use_beam_search=true)", param=name)
+    if overrides.get("temperature", 0) != 0:
+        raise APIError("beam search is deterministic: temperature must be 0 or not sent", param="temperature")
+    overrides.pop("temperature", None)
+    overrides["beam_width"] = width
+    for name in ("length_penalty", "early_stopping"):
+        if getattr(body, name) is not None:
+            overrides[name] = getattr(body, name)
+    return overrides
+
+
+def _logit_bias(logit_bias: Dict[str, float]) -> Dict[int, float]:
+    try:
+        return {int(token_id): float(bias) for token_id, bias in logit_bias.items()}
+    except ValueError:
+        raise APIError(f"logit_bias keys must be token ids, got {sorted(logit_bias)}", param="logit_bias") from None
+
+
+def default_max_tokens(generation_defaults: Any, requested: Optional[int], prompt_len: Optional[int],
+                       max_model_len: int, fallback: Optional[int]) -> Optional[int]:
+    """max_tokens as sent; else the model's max_new_tokens; else `fallback` (16 for completions); else, with the
+    prompt length known (chat), the rest of the model's context; else None (the engine's own default)."""
+    if requested is not None:
+        if requested < 1:
+            raise APIError(f"max_tokens must be >= 1, got {requested}", param="max_tokens")
+        return requested
+    model_default = generation_defaults.values.get("max_new_tokens")
+    if model_default is not None:
+        return int(model_default)
+    if fallback is not None:
+        return fallback
+    if prompt_len is not None:
+        return max(1, max_model_len - prompt_len)
+    return None

@@ -1,0 +1,71 @@
+"""`seq2seq-engine serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25] [engine
+flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving")."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure_parser(parser)
+    return parser
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("model", metavar="MODEL",
+                        help="model directory, CTranslate2 Whisper directory, GGUF file or packaged name "
+                             "(smollm2-135m, whisper-tiny.en, whisper-base)")
+    parser.add_argument("--served-model-name", default=None, help="the name clients send as `model` (default: MODEL)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    parser.add_argument("--max-upload-mb", type=float, default=25.0, help="largest request body (audio uploads)")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    engine.add_argument("--quantization", default=None, choices=["int8"],
+                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
+    engine.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument("--block-size", type=int, default=16)
+    engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
+    engine.add_argument("--swap-space-gb", type=float, default=1.0)
+    engine.add_argument("--max-num-seqs", type=int, default=256)
+    engine.add_argument("--max-num-batched-tokens", type=int, default=None)
+    engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument("--max-logprobs", type=int, default=20)
+    engine.add_argument("--enable-chunked-prefill", action="store_true")
+    engine.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
+    return parser
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    names = ("dtype", "quantization", "device", "seed", "block_size", "kv_cache_space_gb", "swap_space_gb",
+             "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs", "enable_chunked_prefill",
+             "preemption_mode")
+    return {name: getattr(args, name) for name in names}
+
+
+def run(args: argparse.Namespace) -> int:
+    from seq2seq_engine.engine.arg_utils import EngineArgs
+    from seq2seq_engine.engine.llm_engine import LLMEngine
+    from seq2seq_engine.entrypoints.openai.server import serve
+    from seq2seq_engine.entrypoints.openai.state import ServerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024))
+        engine = LLMEngine.from_engine_args(EngineArgs(model=args.model, **engine_kwargs(args)))
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        sys.stderr.write(f"seq2seq-engine serve: error: {error}\n")
+        return EXIT_USAGE
+    try:
+        serve(engine, args.served_model_name or args.model, settings)
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, once the server has stopped
+        pass
+    return EXIT_OK

@@ -1,0 +1,67 @@
+"""What the handlers share: the engine loop, the metrics, the served model's facts and the server's limits."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Optional
+
+from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
+from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: Optional[str] = None
+    max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own audio upload limit
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.max_upload_bytes < 1:
+            raise ValueError(f"max_upload_bytes must be >= 1, got {self.max_upload_bytes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerState:
+    """Read-only after start-up. The engine is reached only through `loop`; its tokenizer, configs and generation
+    defaults are read here (never changed), so handlers can tokenize and render without a round trip."""
+
+    loop: EngineLoop
+    metrics: ServerMetrics
+    model_name: str
+    settings: ServerSettings
+    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+
+    @property
+    def engine(self) -> Any:
+        return self.loop.engine
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    @property
+    def model_config(self) -> Any:
+        return self.engine.model_config
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return bool(getattr(self.model_config.hf_config, "is_encoder_decoder", False))
+
+    @property
+    def takes_audio(self) -> bool:
+        return getattr(self.model_config.hf_config, "num_mel_bins", None) is not None
+
+    def check_model(self, name: Optional[str]) -> None:
+        """404 (OpenAI's model_not_found) unless `name` is the served model."""
+        if name is not None and name != self.model_name:
+            raise APIError(f"the model {name!r} does not exist; this server serves {self.model_name!r}", 404,
+                           param="model", code="model_not_found")
+
+    def need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise APIError("this server runs without a tokenizer (--skip-tokenizer-init): send token ids")
+        return self.tokenizer

@@ -1,0 +1,167 @@
+"""The server's audio endpoints on Whisper tiny.en, driven by the official `openai` client: all five response
+formats give what `llm.transcribe` gives for the same file and options; bad uploads get 4xx; a transcription runs
+on the same engine loop as other work and frees its blocks."""
+import concurrent.futures
+import glob
+import json
+import os
+import re
+
+import httpx
+import pytest
+from conftest import require_model, require_speech_clips
+from server_utils import SMALL_POOLS, build_engine, running_server, wait_until_idle
+
+from seq2seq_engine import LLM
+from seq2seq_engine.transcription import render
+
+openai = pytest.importorskip("openai")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MODEL = "whisper-tiny.en"
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return require_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    folder = require_speech_clips()
+    return sorted(glob.glob(os.path.join(folder, "en", "quick_brown_fox.wav")))[0]
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, one_thread):
+    with running_server(build_engine(model_dir, max_num_seqs=8), MODEL) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    return LLM(model_dir, max_num_seqs=8, **SMALL_POOLS)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def _transcribe(client, clip, **kwargs):
+    with open(clip, "rb") as handle:
+        return client.audio.transcriptions.create(model=MODEL, file=handle, **kwargs)
+
+
+def test_json_and_text_equal_llm_transcribe(client, reference, clip):
+    [expected] = reference.transcribe(clip, use_tqdm=False)
+    assert expected.error is None and "fox" in expected.text.lower()
+    response = _transcribe(client, clip)
+    assert response.text == expected.text
+    assert response.usage.seconds == int(-(-expected.duration // 1))
+    assert _transcribe(client, clip, response_format="text") == render(expected, "txt")
+
+
+def test_srt_vtt_and_verbose_json_equal_llm_transcribe(client, reference, clip):
+    [expected] = reference.transcribe(clip, timestamps=True, use_tqdm=False)
+    assert expected.segments
+    assert _transcribe(client, clip, response_format="srt") == render(expected, "srt")
+    assert _transcribe(client, clip, response_format="vtt") == render(expected, "vtt")
+    verbose = _transcribe(client, clip, response_format="verbose_json")
+    assert verbose.text == expected.text and verbose.language == "english"
+    assert verbose.duration == pytest.approx(expected.duration)
+    assert [(s.start, s.end, s.text) for s in verbose.segments] == [
+        (s.start, s.end, s.text) for s in expected.segments]
+    for got, want in zip(verbose.segments, expected.segments):
+        assert (got.avg_logprob, got.compression_ratio, got.no_speech_prob, got.temperature) == pytest.approx(
+            (want.avg_logprob, want.compression_ratio, want.no_speech_prob, want.temperature))
+
+
+def test_word_timestamps_and_engine_extras(client, reference, clip):
+    [expected] = reference.transcribe(clip, timestamps=True, word_timestamps=True, temperature=0.0, beam_width=2,
+                                      use_tqdm=False)
+    verbose = _transcribe(client, clip, response_format="verbose_json", temperature=0.0,
+                          timestamp_granularities=["word", "segment"], extra_body={"beam_size": "2"})
+    words = [w for segment in expected.segments for w in segment.words]
+    assert [w.word for w in verbose.words] == [w.word.strip() for w in words]
+    assert [t for w in verbose.words for t in (w.start, w.end)] == pytest.approx(
+        [t for w in words for t in (w.start, w.end)])
+    assert verbose.text == expected.text
+
+
+def test_temperature_fallback_retries_run_on_the_loop(client, reference, clip):
+    """A log-prob threshold no window meets: each window is retried at every temperature (the retries are queued
+    while a step's outputs are handled, and admitted at the next fill)."""
+    options = dict(temperature=(0.0, 0.4, 0.8), log_prob_threshold=0.0, no_speech_threshold=None, seed=3)
+    [expected] = reference.transcribe(clip, timestamps=True, use_tqdm=False, **options)
+    assert [s.temperature for s in expected.segments] == [0.8] * len(expected.segments)
+    verbose = _transcribe(client, clip, response_format="verbose_json", temperature="0,0.4,0.8",
+                          extra_body={"log_prob_threshold": "0", "no_speech_threshold": "none", "seed": "3"})
+    assert verbose.text == expected.text
+    assert [s.temperature for s in verbose.segments] == [0.8] * len(expected.segments)
+
+
+def test_bad_uploads_get_4xx(server, clip):
+    url = f"{server.url}/v1/audio/transcriptions"
+    cases = [
+        (dict(files={"file": ("notes.wav", b"this is not audio at all" * 50)}, data={"model": MODEL}), 400, "file"),
+        (dict(data={"model": MODEL}), 400, "file"),
+        (dict(files={"file": ("a.wav", open(clip, "rb").read())}, data={"model": "whisper-1"}), 404, "model"),
+        (dict(files={"file": ("a.wav", open(clip, "rb").read())},
+              data={"model": MODEL, "response_format": "xml"}), 400, "response_format"),
+        (dict(files={"file": ("a.wav", open(clip, "rb").read())}, data={"model": MODEL, "beam_size": "zero"}),
+         400, "beam_width"),
+        (dict(files={"file": ("a.wav", open(clip, "rb").read())}, data={"model": MODEL, "colour": "blue"}),
+         400, "colour"),
+        (dict(files={"file": ("a.wav", open(clip, "rb").read())}, data={"model": MODEL, "temperature": "-1"}),
+         400, "temperature"),
+    ]
+    for kwargs, status, param in cases:
+        response = httpx.post(url, timeout=120, **kwargs)
+        assert response.status_code == status, (kwargs.get("data"), response.text)
+        error = response.json()["error"]
+        assert error["param"] == param and error["message"], error
+    translation = httpx.post(f"{server.url}/v1/audio/translations", timeout=120,
+                             files={"file": ("a.wav", open(clip, "rb").read())}, data={"model": MODEL})
+    assert translation.status_code == 400 and "translate" in translation.json()["error"]["message"]
+    state = wait_until_idle(server)
+    assert state["unfinished"] == 0 and state["free"] == state["total"] and state["cross_tables"] == 0
+
+
+def test_client_leaving_a_transcription_aborts_its_job(server, clip, tmp_path):
+    import numpy as np
+    import soundfile
+
+    from seq2seq_engine.audio import load_audio
+    samples = load_audio(clip)
+    long_file = tmp_path / "long.wav"  # four minutes: windows still decoding when the client leaves
+    soundfile.write(long_file, np.concatenate([samples, np.zeros(16000 * 27, np.float32)] * 8), 16000)
+    audio_seconds = _metric(server, "audio_seconds_total")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=1.0, files={"file": open(long_file, "rb")},
+                   data={"model": MODEL, "temperature": "0"})
+    state = wait_until_idle(server, timeout=60)
+    assert state["unfinished"] == 0 and state["free"] == state["total"] and state["cross_tables"] == 0
+    assert _metric(server, "audio_seconds_total") == audio_seconds  # aborted: the input never finished
+
+
+def _metric(server, name):
+    text = httpx.get(f"{server.url}/metrics").text
+    return float(re.search(rf"^seq2seq_engine:{name}\{{[^}}]*\}} (\S+)$", text, re.M).group(1))
+
+
+def test_concurrent_transcriptions_share_the_loop_and_free_blocks(server, reference, clip):
+    [expected] = reference.transcribe(clip, temperature=0.0, use_tqdm=False)
+
+    def post(_):
+        with open(clip, "rb") as handle:
+            response = httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=300, files={"file": handle},
+                                  data={"model": MODEL, "temperature": "0", "response_format": "json"})
+        return json.loads(response.text)["text"]
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(post, range(3))) == [expected.text] * 3
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "seq2seq_engine:audio_seconds_total" in metrics
+    state = wait_until_idle(server)
+    assert state["free"] == state["total"] and state["cross_tables"] == 0
