@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
-from seq2seq_engine.integrations.ray_jobs import RayMissingError
+from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.outputs import RequestOutput
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
@@ -187,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             with open(args.output, "w", encoding="utf-8") as out:
                 written, failed = run(args, out)
-    except (ValueError, TypeError, FileNotFoundError, RayMissingError) as error:
+    except (ValueError, TypeError, FileNotFoundError, RayMissingError, RayJobError) as error:
         print(f"seq2seq-engine: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     print(f"seq2seq-engine: wrote {written} results ({failed} refused)", file=sys.stderr)

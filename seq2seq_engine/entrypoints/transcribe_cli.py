@@ -27,7 +27,7 @@ from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_argum
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments, add_word_arguments,
                                                          options_from_args)
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
-from seq2seq_engine.integrations.ray_jobs import RayMissingError
+from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
 
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         writer = OutputWriter(jobs, args.output_dir, args.output_format, args.max_words_per_line)
         for index, result in results:
             writer(index, result)
-    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError, RayJobError) as error:
         return _usage_error(err, str(error))
     report_failures(writer.failures, len(jobs), err)
     return EXIT_FAILED_INPUTS if writer.failures else EXIT_OK

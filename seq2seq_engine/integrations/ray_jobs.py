@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any, Dict, Iterator, List, Optional
 
 from seq2seq_engine.integrations.ray_data import GenerateBatch, ReplicaConfig, TranscribeBatch
@@ -14,6 +15,18 @@ LOCAL = "local"  # `--ray` without an address: start a Ray instance on this mach
 
 class RayMissingError(RuntimeError):
     """`ray` (with Ray Data) is not installed."""
+
+
+class RayJobError(RuntimeError):
+    """The Ray job failed as a whole: a replica could not start (e.g. the model is missing on its node), or a batch
+    failed on every retry. The message ends with the replica's own error."""
+
+
+def _root_cause(error: BaseException) -> str:
+    """The last `SomeError: message` line of a Ray error's text (the replica's own exception), else its first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return causes[-1] if causes else (lines[0] if lines else type(error).__name__)
 
 
 def import_ray() -> Any:
@@ -73,7 +86,10 @@ def run_rows(job: RayJob, rows: List[Dict[str, Any]], batch_class: type, config:
     dataset = dataset.map_batches(batch_class, fn_constructor_kwargs={"config": config},
                                   compute=ray.data.ActorPoolStrategy(size=job.num_replicas),
                                   num_cpus=job.cpus_per_replica, batch_size=job.batch_size)
-    yield from dataset.iter_rows()
+    try:
+        yield from dataset.iter_rows()
+    except ray.exceptions.RayError as error:
+        raise RayJobError(f"the Ray job failed: {_root_cause(error)}") from error
 
 
 def transcribe_rows(job: RayJob, config: ReplicaConfig, rows: List[Dict[str, Any]]) -> Iterator[dict]:

@@ -195,6 +195,15 @@ def test_ray_flag_without_ray_installed_says_how_to_install_it(tmp_path, monkeyp
     assert "--num-replicas needs --ray" in capsys.readouterr().err
 
 
+def test_a_replica_that_cannot_start_fails_the_job_with_its_error(cluster, tmp_path, capsys):
+    _, address = cluster
+    (tmp_path / "in.txt").write_text("hello\n", encoding="utf-8")
+    code = main(["generate", "--model", str(tmp_path / "nomodel"), "--input", str(tmp_path / "in.txt"), "--ray",
+                 address, "--quiet", "--output", str(tmp_path / "out.jsonl")])
+    assert code == 2
+    assert "seq2seq-engine: error: the Ray job failed: ValueError: cannot resolve model" in capsys.readouterr().err
+
+
 def test_a_killed_worker_node_loses_no_input_and_changes_no_result(cluster, whisper, whisper_llm, clips, tmp_path):
     """Runs last: the cluster loses a node. Every batch pauses 3 s after marking its start; the first marked node
     is killed then, with its batch running. Ray Data restarts that replica on the spare CPU and retries its batch."""
