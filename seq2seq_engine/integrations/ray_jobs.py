@@ -18,8 +18,8 @@ class RayMissingError(RuntimeError):
 
 
 class RayJobError(RuntimeError):
-    """The Ray job failed as a whole: a replica could not start (e.g. the model is missing on its node), or a batch
-    failed on every retry. The message ends with the replica's own error."""
+    """The Ray job failed as a whole: no cluster at the address, a replica that could not start (e.g. the model is
+    missing on its node), or a batch that failed on every retry. The message ends with the underlying error."""
 
 
 def _root_cause(error: BaseException) -> str:
@@ -67,10 +67,14 @@ def connect(job: RayJob) -> None:
     ray = import_ray()
     if ray.is_initialized():
         return
-    if job.address == LOCAL:
-        ray.init(include_dashboard=False, log_to_driver=job.progress)
-    else:
-        ray.init(address=job.address, log_to_driver=job.progress)
+    try:
+        if job.address == LOCAL:
+            ray.init(include_dashboard=False, log_to_driver=job.progress)
+        else:
+            ray.init(address=job.address, log_to_driver=job.progress)
+    except (ConnectionError, RuntimeError, ValueError) as error:  # no cluster there, or a malformed address
+        where = "start Ray on this machine" if job.address == LOCAL else f"connect to the Ray cluster {job.address!r}"
+        raise RayJobError(f"cannot {where}: {error}") from error
     ray.data.DataContext.get_current().enable_progress_bars = job.progress
 
 
