@@ -11,16 +11,13 @@ import numpy as np
 from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
 from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word
 
-# Input columns read by the batch classes; every other input column is passed through to the output row.
-AUDIO_INPUT_COLUMNS = ("path", "bytes", "language", "task", "options")
-PROMPT_INPUT_COLUMNS = ("prompt", "prompt_token_ids", "encoder_prompt", "decoder_prompt", "prompt_json")
 # Sampling fields a prompt row may set (None: the replica's default); the `generate` flags' names.
 SAMPLING_FIELDS = ("max_tokens", "min_tokens", "beam_width", "length_penalty", "no_repeat_ngram_size",
                    "repetition_penalty", "temperature", "top_p", "top_k", "seed")
 # The source of a `bytes` row without a `path` (a row's `path` names its bytes when both are given).
 BYTES_LABEL = "<bytes>"
 INT_SAMPLING_FIELDS = frozenset({"max_tokens", "min_tokens", "beam_width", "no_repeat_ngram_size", "top_k", "seed"})
-# Output columns: columns of the same name in the input are replaced.
+# Output columns: input columns of the same name are replaced; every other input column but `bytes` passes through.
 AUDIO_OUTPUT_COLUMNS = ("source", "text", "language", "language_probability", "duration", "segments", "words",
                         "error")
 PROMPT_OUTPUT_COLUMNS = ("prompt_text", "text", "token_ids", "finish_reason", "cumulative_logprob", "alternatives",
