@@ -4,7 +4,8 @@ Each input line becomes one request; results are written as JSON lines in input 
 all before it are done (so a long file streams), with a progress bar on stderr. Generation settings come from the
 model's generation_config.json (e.g. bart-large-cnn's 4 beams, length penalty, min/max lengths, no_repeat_ngram)
 and any flag given here overrides them. A line the engine refuses gets {"index": i, "error": "..."} at its place
-and the exit status is 1; a usage or model error exits with 2.
+and the exit status is 1; a usage or model error exits with 2. With --ray [ADDRESS] the prompts run on a Ray
+cluster, one engine per replica (ray_cli.py), and the output file is the same.
 
 Input: .txt = one text prompt per non-empty line; .jsonl = one JSON value per line: a string, or a prompt object
 ({"prompt": ...}, {"prompt_token_ids": [...]}, {"encoder_prompt": ..., "decoder_prompt": ...}).
@@ -14,11 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict, Iterator, List, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from tqdm.auto import tqdm
 
+from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
+                                                generate_records_on_ray)
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
+from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.outputs import RequestOutput
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
@@ -82,6 +86,7 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
     engine.add_argument("--max-in-flight", type=int, default=512, help="requests queued in the engine at once")
     engine.add_argument("--skip-tokenizer-init", action="store_true", help="token-id prompts only, no text")
     engine.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_ray_arguments(parser, DEFAULT_BATCH_SIZE["text"])
 
 
 def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
@@ -91,7 +96,7 @@ def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-def _translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Namespace) -> Iterator[Any]:
+def translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Namespace) -> Iterator[Any]:
     """mBART-style: the tokenizer encodes in --src-lang; the decoder starts with the --tgt-lang code."""
     src_lang, tgt_lang = getattr(args, "src_lang", None), getattr(args, "tgt_lang", None)
     if src_lang is None and tgt_lang is None:
@@ -116,38 +121,62 @@ def _translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Name
             yield {"encoder_prompt": prompt, "decoder_prompt": decoder_prompt}
 
 
+def result_fields(output: RequestOutput) -> Dict[str, Any]:
+    """A finished request's fields of its output record (all but `index`), in the record's order."""
+    best = output.outputs[0]
+    prompt = output.encoder_prompt if output.encoder_prompt is not None else output.prompt
+    fields = {"prompt": prompt, "text": best.text, "token_ids": best.token_ids, "finish_reason": best.finish_reason,
+              "cumulative_logprob": best.cumulative_logprob}
+    if len(output.outputs) > 1:
+        fields["alternatives"] = [{"text": o.text, "token_ids": o.token_ids,
+                                   "cumulative_logprob": o.cumulative_logprob} for o in output.outputs[1:]]
+    return fields
+
+
+def output_record(index: int, fields: Optional[Dict[str, Any]], error: Optional[str]) -> dict:
+    """One line of the output file: the input's index with its result fields, or with its error."""
+    return {"index": index, "error": error} if fields is None else {"index": index, **fields}
+
+
 def _record(index: int, item: Any) -> dict:
     if isinstance(item, StreamError):
-        return {"index": index, "error": item.error}
+        return output_record(index, None, item.error)
     assert isinstance(item, RequestOutput)
-    best = item.outputs[0]
-    prompt = item.encoder_prompt if item.encoder_prompt is not None else item.prompt
-    record = {"index": index, "prompt": prompt, "text": best.text, "token_ids": best.token_ids,
-              "finish_reason": best.finish_reason,
-              "cumulative_logprob": best.cumulative_logprob}
-    if len(item.outputs) > 1:
-        record["alternatives"] = [{"text": o.text, "token_ids": o.token_ids,
-                                   "cumulative_logprob": o.cumulative_logprob} for o in item.outputs[1:]]
-    return record
+    return output_record(index, result_fields(item), None)
 
 
-def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
-    """Write one JSON line per input; returns (results written, inputs refused)."""
+def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+    """The LLM keyword arguments the flags give (the model aside)."""
+    return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
+                skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
+                max_num_seqs=args.max_num_seqs)
+
+
+def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dict]:
     from seq2seq_engine.entrypoints.llm import LLM
-    prompts = read_prompts(args.input)
-    llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, device=args.device,
-              skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
-              max_num_seqs=args.max_num_seqs)
+    llm = LLM(args.model, **engine_kwargs(args))
     overrides = overrides_from_args(args)
-    requests = ((prompt, dict(overrides)) for prompt in _translation_prompts(prompts, llm.get_tokenizer(), args))
-    written = failed = 0
+    requests = ((prompt, dict(overrides)) for prompt in translation_prompts(prompts, llm.get_tokenizer(), args))
     with tqdm(total=len(prompts), desc=f"{args.command}", unit="req", disable=args.quiet) as progress:
         for index, item in stream_in_order(llm.llm_engine, requests, args.max_in_flight,
                                            on_finished=lambda: progress.update(1)):
-            out.write(json.dumps(_record(index, item), ensure_ascii=False) + "\n")
-            out.flush()
-            written += 1
-            failed += isinstance(item, StreamError)
+            yield _record(index, item)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
+    """Write one JSON line per input (here, or with --ray on the cluster); returns (results written, refused)."""
+    check_ray_arguments(args)
+    prompts = read_prompts(args.input)
+    if args.ray is not None:
+        records = generate_records_on_ray(args, prompts, engine_kwargs(args), overrides_from_args(args))
+    else:
+        records = _local_records(args, prompts)
+    written = failed = 0
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        out.flush()
+        written += 1
+        failed += "error" in record
     return written, failed
 
 
@@ -158,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             with open(args.output, "w", encoding="utf-8") as out:
                 written, failed = run(args, out)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, RayMissingError, RayJobError) as error:
         print(f"seq2seq-engine: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     print(f"seq2seq-engine: wrote {written} results ({failed} refused)", file=sys.stderr)

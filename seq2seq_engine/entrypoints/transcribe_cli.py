@@ -1,7 +1,7 @@
 """`seq2seq-engine transcribe AUDIO|DIR... --model whisper-tiny.en [--recursive] [--language de] [--task translate]
 [--timestamps] [--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter
 [--vad-threshold 0.5 ...]] [--word-timestamps [--max-words-per-line N]] [--output-format txt|json|srt|vtt]
-[--output-dir OUT [--overwrite]]`.
+[--output-dir OUT [--overwrite]] [--ray [ADDRESS] --num-replicas N --cpus-per-replica C]`.
 
 AUDIO is any file FFmpeg decodes (wav, flac, mp3, m4a/aac, ogg/opus, webm, mp4/mkv video's audio, ...); a DIR
 contributes its audio files by extension (AUDIO_EXTENSIONS in audio_files.py; subfolders too with --recursive).
@@ -11,7 +11,8 @@ given by name writes `OUT/<stem>.<format>`, a folder's files mirror their path u
 run), unless --overwrite. Without --output-dir, txt prints one line per input to stdout (an empty line for a
 failed input, so lines match inputs), json prints one JSON object per line, and srt/vtt print the subtitles of a
 single input. Failures are reported on stderr at the end; the exit status is 1 when any input failed (the others
-are still written), 2 for a usage or model error.
+are still written), 2 for a usage or model error. With --ray the files are transcribed on a Ray cluster, one engine
+per replica (ray_cli.py); the outputs are the same.
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, List, Optional, Sequence, TextIO
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
+from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments, add_word_arguments,
                                                          options_from_args)
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
+from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
 
@@ -74,6 +77,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     add_decoding_arguments(parser)
     add_vad_arguments(parser)
     add_word_arguments(parser)
+    add_ray_arguments(parser, DEFAULT_BATCH_SIZE["transcribe"])
     return parser
 
 
@@ -116,7 +120,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
     err = err or sys.stderr
     try:
         options = options_from_args(args)  # checked before any file is looked at or the model loaded
-    except (ValueError, TypeError) as error:
+        check_ray_arguments(args)
+    except (ValueError, TypeError, RayMissingError) as error:
         return _usage_error(err, str(error))
     jobs = expand_inputs(args.audio, args.recursive)
     if not jobs:
@@ -132,14 +137,15 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         if not jobs:
             return EXIT_OK
     try:
-        llm = _load_model(args)
+        results = _results(args, options, jobs)
         if args.output_dir is None:
-            results = _transcribe(llm, options, jobs, None)
-            return write_results(results, [job.source for job in jobs], args.output_format, None, out, err,
+            ordered = _in_input_order(results, len(jobs))
+            return write_results(ordered, [job.source for job in jobs], args.output_format, None, out, err,
                                  args.max_words_per_line)
         writer = OutputWriter(jobs, args.output_dir, args.output_format, args.max_words_per_line)
-        _transcribe(llm, options, jobs, writer)
-    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
+        for index, result in results:
+            writer(index, result)
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError, RayJobError) as error:
         return _usage_error(err, str(error))
     report_failures(writer.failures, len(jobs), err)
     return EXIT_FAILED_INPUTS if writer.failures else EXIT_OK
@@ -150,27 +156,32 @@ def _usage_error(err: TextIO, message: str) -> int:
     return EXIT_USAGE
 
 
-def _load_model(args: argparse.Namespace) -> Any:
+def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+    """The LLM keyword arguments the flags give (the model aside)."""
+    return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
+                kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
+                swap_space_gb=args.swap_space_gb)
+
+
+def _results(args: argparse.Namespace, options: TranscriptionOptions,
+             jobs: Sequence[AudioJob]) -> Iterator[Tuple[int, TranscriptionResult]]:
+    """(input index, result) for each job as soon as it finishes: here, or with --ray on the cluster."""
+    if args.ray is not None:
+        from seq2seq_engine.entrypoints.ray_cli import transcribe_on_ray
+        return transcribe_on_ray(args, options, jobs, engine_kwargs(args))
     from seq2seq_engine.entrypoints.llm import LLM
     from seq2seq_engine.model_loader.resolver import resolve_model_path
-
-    return LLM(resolve_model_path(args.model), dtype=args.dtype, quantization=args.quantization, device=args.device,
-               kv_cache_space_gb=args.kv_cache_space_gb, max_num_seqs=args.max_num_seqs,
-               swap_space_gb=args.swap_space_gb)
-
-
-def _transcribe(llm: Any, options: TranscriptionOptions, jobs: Sequence[AudioJob],
-                on_result: Optional[Callable[[int, TranscriptionResult], None]]) -> List[TranscriptionResult]:
-    """All results in input order; with `on_result`, each is also handed to it as soon as its input finishes."""
     from seq2seq_engine.transcription.pipeline import iter_transcribe
 
-    results: List[Optional[TranscriptionResult]] = [None] * len(jobs)
-    for index, result in iter_transcribe(llm, [job.source for job in jobs], options):
-        if on_result is not None:
-            on_result(index, result)
-        else:
-            results[index] = result
-    return [result for result in results if result is not None]
+    llm = LLM(resolve_model_path(args.model), **engine_kwargs(args))
+    return iter_transcribe(llm, [job.source for job in jobs], options)
+
+
+def _in_input_order(results: Iterator[Tuple[int, TranscriptionResult]], count: int) -> List[TranscriptionResult]:
+    ordered: List[Optional[TranscriptionResult]] = [None] * count
+    for index, result in results:
+        ordered[index] = result
+    return [result for result in ordered if result is not None]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -13,7 +13,7 @@ from hf_reference import build_tiny_bart_with_tokenizer, build_tiny_model
 
 from seq2seq_engine.entrypoints.cli import main
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
-from seq2seq_engine.entrypoints.text_cli import _translation_prompts
+from seq2seq_engine.entrypoints.text_cli import translation_prompts
 
 
 def _records(path):
@@ -92,12 +92,12 @@ class _Tokenizer:
 def test_translation_prompts_set_the_source_language_and_start_the_decoder_with_the_target():
     tokenizer = _Tokenizer()
     args = type("Args", (), {"src_lang": "fr_XX", "tgt_lang": "de_DE"})()
-    prompts = list(_translation_prompts(["bonjour", {"prompt": "salut"}], tokenizer, args))
+    prompts = list(translation_prompts(["bonjour", {"prompt": "salut"}], tokenizer, args))
     assert tokenizer.src_lang == "fr_XX"
     assert prompts[0] == {"encoder_prompt": "bonjour", "decoder_prompt": {"prompt_token_ids": [250003]}}
     assert prompts[1]["encoder_prompt"] == {"prompt": "salut"}
     with pytest.raises(ValueError, match="--tgt-lang 'xx_YY' is not a token"):
-        list(_translation_prompts(["x"], tokenizer, type("Args", (), {"src_lang": None, "tgt_lang": "xx_YY"})()))
+        list(translation_prompts(["x"], tokenizer, type("Args", (), {"src_lang": None, "tgt_lang": "xx_YY"})()))
 
 
 @dataclasses.dataclass

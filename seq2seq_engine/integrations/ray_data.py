@@ -1,0 +1,138 @@
+"""Ray Data batch inference: one LLM per actor, each batch of rows fed into its continuous batch at once.
+
+    import ray
+    from seq2seq_engine.integrations.ray_data import ReplicaConfig, TranscribeBatch
+
+    config = ReplicaConfig("whisper-tiny.en", engine_kwargs={"kv_cache_space_gb": 1.0})
+    ds = ray.data.from_items([{"path": p} for p in paths])
+    ds = ds.map_batches(TranscribeBatch, fn_constructor_kwargs={"config": config},
+                        compute=ray.data.ActorPoolStrategy(size=4), num_cpus=2, batch_size=16)
+    for row in ds.iter_rows(): row["text"], row["segments"], row["error"]
+
+TranscribeBatch reads audio rows (`path` or `bytes`, optional `language`, `task`, `options`: a dict of
+TranscriptionOptions fields) and writes `source, text, language, language_probability, duration, segments, words,
+error`. GenerateBatch reads prompt rows (`prompt`, `prompt_token_ids`, `encoder_prompt`/`decoder_prompt` or
+`prompt_json`, and optional sampling fields such as `max_tokens`, `temperature`) and writes `prompt_text, text,
+token_ids, finish_reason, cumulative_logprob, alternatives, error`. Other input columns pass through. A row that
+cannot be run carries its error and the others are unaffected. Neither class imports ray: they are plain callables.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+from typing import Any, Dict, List, Mapping, Optional
+
+from seq2seq_engine.integrations.rows import (AUDIO_OUTPUT_COLUMNS, BYTES_LABEL, PROMPT_OUTPUT_COLUMNS, audio_options,
+                                              audio_source, batch_to_rows, error_row, output_to_row,
+                                              passthrough_columns, prompt_of_row, relabel, result_to_row, rows_to_batch,
+                                              sampling_of_row)
+from seq2seq_engine.transcription.options import TranscriptionOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaConfig:
+    """What each replica (Ray actor) runs: `model` (a directory or packaged name, resolved on the replica's node),
+    `engine_kwargs` (LLM keyword arguments: dtype, kv_cache_space_gb, max_num_seqs, ...), the defaults of its rows:
+    `transcription` (TranscriptionOptions of audio rows; progress bars are off on replicas) and `sampling` (the
+    sampling overrides of prompt rows, over the model's generation_config.json), for translation `src_lang` /
+    `tgt_lang` (mBART-style language codes, as `seq2seq-engine translate`), and `working_dir`: the folder relative
+    audio paths are read from (None: the actor's own working folder, which Ray chooses)."""
+
+    model: str
+    engine_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    transcription: Optional[TranscriptionOptions] = None
+    sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    src_lang: Optional[str] = None
+    tgt_lang: Optional[str] = None
+    working_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model must be a model directory or packaged name, got {self.model!r}")
+        if self.transcription is not None and not isinstance(self.transcription, TranscriptionOptions):
+            raise TypeError(f"transcription must be a TranscriptionOptions, got {type(self.transcription).__name__}")
+
+    def build_llm(self) -> Any:
+        from seq2seq_engine.entrypoints.llm import LLM
+        return LLM(self.model, **dict(self.engine_kwargs))
+
+
+class TranscribeBatch:
+    """`ds.map_batches(TranscribeBatch, fn_constructor_kwargs={"config": ReplicaConfig(...)}, ...)`: audio rows to
+    transcripts. All rows of a batch that share their options run as one `iter_transcribe` call (every window of
+    every file in one continuous batch); a file's windows stay on this replica."""
+
+    def __init__(self, config: ReplicaConfig) -> None:
+        if config.working_dir is not None:
+            os.chdir(config.working_dir)  # this actor's own process
+        self.llm = config.build_llm()
+        self.options = dataclasses.replace(config.transcription or TranscriptionOptions(), use_tqdm=False)
+
+    def __call__(self, batch: Mapping[str, Any]) -> Dict[str, list]:
+        rows = batch_to_rows(batch)
+        outputs: List[Optional[Dict[str, Any]]] = [None] * len(rows)
+        groups: Dict[str, tuple] = {}  # repr(options) -> (options, row positions, sources, labels of bytes)
+        for position, row in enumerate(rows):
+            try:
+                source, options = audio_source(row), audio_options(self.options, row)
+            except (ValueError, TypeError) as error:
+                outputs[position] = error_row(str(error))
+                continue
+            group = groups.setdefault(repr(options), (options, [], [], []))
+            group[1].append(position)
+            group[2].append(source)
+            group[3].append(None if isinstance(source, str) else row.get("path") or BYTES_LABEL)
+        for options, positions, sources, labels in groups.values():
+            self._transcribe(options, positions, sources, outputs, labels)
+        columns = passthrough_columns(batch, AUDIO_OUTPUT_COLUMNS)
+        return rows_to_batch([{**row, **output} for row, output in zip(rows, outputs)], columns)
+
+    def _transcribe(self, options: TranscriptionOptions, positions: List[int], sources: List[Any],
+                    outputs: List[Optional[Dict[str, Any]]], labels: List[Optional[str]]) -> None:
+        from seq2seq_engine.transcription.pipeline import iter_transcribe
+        try:
+            for index, result in iter_transcribe(self.llm, sources, options):
+                if labels[index] is not None:  # bytes: named by the row, not by their place in this batch
+                    result = relabel(result, labels[index])
+                outputs[positions[index]] = result_to_row(result)
+        except (ValueError, TypeError) as error:  # options this model refuses (e.g. a task it has no token for)
+            for position in positions:
+                if outputs[position] is None:
+                    outputs[position] = error_row(str(error))
+
+
+class GenerateBatch:
+    """`ds.map_batches(GenerateBatch, fn_constructor_kwargs={"config": ReplicaConfig(...)}, ...)`: prompt rows to
+    generations. Every prompt of a batch is queued in the engine at once; a prompt the engine refuses gets its error
+    in its row."""
+
+    def __init__(self, config: ReplicaConfig) -> None:
+        from seq2seq_engine.entrypoints.text_cli import translation_prompts
+        self.llm = config.build_llm()
+        self.sampling = dict(config.sampling)
+        self.languages = types.SimpleNamespace(src_lang=config.src_lang, tgt_lang=config.tgt_lang)
+        list(translation_prompts([], self.llm.get_tokenizer(), self.languages))  # checks the languages now
+
+    def __call__(self, batch: Mapping[str, Any]) -> Dict[str, list]:
+        from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
+        from seq2seq_engine.entrypoints.text_cli import result_fields, translation_prompts
+
+        rows = batch_to_rows(batch)
+        outputs: List[Optional[Dict[str, Any]]] = [None] * len(rows)
+        positions, prompts, params = [], [], []
+        for position, row in enumerate(rows):
+            try:
+                prompts.append(prompt_of_row(row))
+            except (ValueError, TypeError) as error:
+                outputs[position] = {"error": str(error)}
+                continue
+            positions.append(position)
+            params.append(sampling_of_row(self.sampling, row))
+        if positions:
+            requests = zip(translation_prompts(prompts, self.llm.get_tokenizer(), self.languages), params)
+            for index, item in stream_in_order(self.llm.llm_engine, requests, max_in_flight=len(positions)):
+                is_error = isinstance(item, StreamError)
+                outputs[positions[index]] = {"error": item.error} if is_error else output_to_row(result_fields(item))
+        columns = passthrough_columns(batch, PROMPT_OUTPUT_COLUMNS)
+        return rows_to_batch([{**row, **output} for row, output in zip(rows, outputs)], columns)
