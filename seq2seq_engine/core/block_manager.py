@@ -70,8 +70,19 @@ class BlockSpaceManager:
                                                                                  ref_count=1)
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
-        """One free block per running sequence is enough for the next decode step."""
-        return self.gpu_allocator.get_num_free_blocks() >= seq_group.num_seqs(SequenceStatus.RUNNING)
+        """Whether the free blocks cover what `append_slots` takes for each running sequence this step: a new block
+        where its tokens (the one sampled last step included) outgrow its table, a copy where its last block
+        is shared. A sequence whose tokens fit its own last block takes none, so a pool that is exactly full still
+        finishes its requests."""
+        needed = sum(self._blocks_to_append(seq) for seq in seq_group.get_seqs(SequenceStatus.RUNNING))
+        return self.gpu_allocator.get_num_free_blocks() >= needed
+
+    def _blocks_to_append(self, seq: Sequence) -> int:
+        table = self.block_tables[seq.seq_id]
+        missing = seq.n_blocks - len(table)
+        if missing > 0:
+            return missing
+        return 1 if table and table[-1].ref_count > 1 else 0
 
     def append_slots(self, seq: Sequence) -> List[Tuple[int, int]]:
         """Make room for the sequence's new tokens; returns (src, dst) block pairs to copy (copy-on-write)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import mmap
 from typing import List, Sequence as Seq, Tuple
 
 import numpy as np
@@ -36,11 +37,15 @@ def profile_cuda_blocks(block_bytes: int, memory_utilization: float, device: tor
 
 
 def lazy_zeros(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero-filled CPU tensor whose memory is committed page by page as it is first written: numpy's zeros is
-    calloc, which maps large buffers as fresh zero pages instead of writing them (torch.zeros writes every byte).
-    A KV pool built from these costs resident memory for the blocks that have been used, not for its size."""
+    """A zero-filled CPU tensor whose memory is committed page by page as it is first written: an anonymous
+    memory map is zero pages until touched, where `torch.zeros` writes every byte (and malloc'ed memory may be
+    recycled and need clearing, depending on the malloc settings). A KV pool built from these costs resident memory
+    for the blocks that have been used, not for its size."""
     element_size = torch.empty((), dtype=dtype).element_size()
-    buffer = np.zeros(math.prod(shape) * element_size, dtype=np.uint8)
+    num_bytes = math.prod(shape) * element_size
+    if num_bytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    buffer = np.frombuffer(mmap.mmap(-1, num_bytes), dtype=np.uint8)  # the array keeps the map alive
     return torch.from_numpy(buffer).view(dtype).view(shape)
 
 

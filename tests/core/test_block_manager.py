@@ -246,23 +246,31 @@ def test_fork_of_unknown_or_existing_child_raises():
         bm.fork(make_seq(4), make_seq(4))
 
 
-def test_can_append_slots_counts_running_seqs():
+def test_can_append_slots_counts_the_blocks_append_slots_takes():
     bm = make_manager(num_gpu=4)
     g = make_group("r", 7, 4)  # 2 + 1 blocks, 1 free
     allocate_running(bm, g)
-    assert bm.get_num_free_gpu_blocks() == 1
+    assert bm.can_append_slots(g)  # a prefill: its blocks were allocated at admission
+    g.first_seq.data.update_num_computed_tokens(7)  # prefill done: decode steps from here
+    assert not g.is_prefill() and bm.get_num_free_gpu_blocks() == 1
     assert bm.can_append_slots(g)
     child = g.first_seq.fork(new_seq_id())
     g.add(child)
     bm.fork(g.first_seq, child)
-    assert not bm.can_append_slots(g)  # 2 running seqs, 1 free block
+    grow(g.first_seq)
+    grow(child)  # len 8: both write the shared last block, so each needs a copy: 2 blocks, 1 free
+    assert not bm.can_append_slots(g)
     child.status = SequenceStatus.FINISHED_STOPPED
     bm.free(child)
+    assert bm.can_append_slots(g)  # the last block is its own again and has room: no block needed
+    bm.append_slots(g.first_seq)
+    grow(g.first_seq)  # len 9 -> a 3rd self block, the last free one
     assert bm.can_append_slots(g)
-    grow(g.first_seq)
-    grow(g.first_seq)  # len 9 -> 3rd self block, pool full
     bm.append_slots(g.first_seq)
     assert bm.get_num_free_gpu_blocks() == 0
+    assert bm.can_append_slots(g)  # token 10 fits the 3rd block: a full pool still decodes
+    for _ in range(4):
+        grow(g.first_seq)  # len 13 -> a 4th block, none free
     assert not bm.can_append_slots(g)
 
 

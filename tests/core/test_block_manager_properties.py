@@ -77,14 +77,14 @@ class BlockManagerMachine(BlockManagerModel):
         rid = self.seq_group[seq_id]
         group = self.groups[rid]
         seq = group.find(seq_id)
-        num_running = group.num_seqs(SequenceStatus.RUNNING)
-        can = self.bm.can_append_slots(group)
-        assert can == (self._model_free_gpu() >= num_running)
-        if not can:
-            return False  # the scheduler would preempt instead
         table_before = list(self.bm.block_tables[seq_id])
         model = self.model_self[seq_id]
-        seq.append_token_id(3, {3: -0.5})
+        seq.append_token_id(3, {3: -0.5})  # as in a step: the sampled token is in the sequence before scheduling
+        can = self.bm.can_append_slots(group)
+        assert can == (self._model_free_gpu() >= self._model_blocks_to_append(group))
+        if not can:
+            seq.data.output_token_ids.pop()  # the scheduler would preempt instead
+            return False
         cow = False
         if seq.get_len() > len(model) * BLOCK_SIZE:
             model.append(next(self._logical))
@@ -102,6 +102,16 @@ class BlockManagerMachine(BlockManagerModel):
             assert pairs == []
             assert table_after[:len(table_before)] == table_before
         return True
+
+    def _model_blocks_to_append(self, group) -> int:
+        """Blocks append_slots takes for the group's running sequences: one where a sequence outgrew its table,
+        one where its last block is shared (copy-on-write)."""
+        refcount = self._logical_refcount()
+        needed = 0
+        for seq in group.get_seqs(SequenceStatus.RUNNING):
+            model = self.model_self[seq.seq_id]
+            needed += 1 if seq.get_len() > len(model) * BLOCK_SIZE or refcount[model[-1]] > 1 else 0
+        return needed
 
     @precondition(lambda self: self._running_seqs())
     @rule(data=st.data())

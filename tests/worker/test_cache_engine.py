@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from seq2seq_engine.platforms.cpu_memory import tune_malloc
 from seq2seq_engine.worker.cache_engine import CacheEngine, lazy_zeros
 
 MIB = 1 << 20
@@ -27,7 +28,8 @@ def test_lazy_zeros_is_a_zero_tensor_of_the_shape_and_dtype(dtype):
 
 
 def test_a_cpu_pool_costs_memory_for_the_blocks_written_not_its_size():
-    # 6 layers x (K, V) x 1024 blocks x 16 x 8 x 64 float32 = 384 MiB of pool.
+    # 6 layers x (K, V) x 1024 blocks x 16 x 8 x 64 float32 = 384 MiB of pool, 32 MiB per tensor.
+    tune_malloc()  # as in an engine: tensors of this size would come from the (recycled) heap
     before = resident_bytes()
     engine = CacheEngine(num_layers=6, num_kv_heads=8, head_size=64, block_size=16, num_gpu_blocks=1024,
                          num_cpu_blocks=256, dtype=torch.float32, device=torch.device("cpu"))
@@ -53,3 +55,9 @@ def test_swap_and_copy_move_blocks_between_lazy_pools():
     engine.swap_in([(2, 6)])
     engine.copy([(6, 0)])
     assert torch.equal(key_cache[6], expected_key) and torch.equal(value_cache[0], expected_value)
+
+
+def test_an_empty_pool_is_allowed():
+    engine = CacheEngine(num_layers=2, num_kv_heads=2, head_size=8, block_size=4, num_gpu_blocks=8,
+                         num_cpu_blocks=0, dtype=torch.float32, device=torch.device("cpu"))
+    assert all(key.shape[0] == 0 and value.shape[0] == 0 for key, value in engine.cpu_cache)
