@@ -3,8 +3,9 @@ blocks for the encoder span, self blocks for each beam's tokens) within a memory
 
 Measured on whisper-base (docs/decisions.md §44): each float32 window holds ~41 MB of KV cache, the KV of the windows
 in flight is most of a long transcription's memory, and fewer windows cost some speed (CPU time +15% at 8 windows
-against 16 or more, +40% at 4). The budget is the larger of KV_BUDGET_BYTES and the model's weights, so a large model
-keeps a useful batch.
+against 16 or more, +40% at 4). The budget is the larger of KV_BUDGET_BYTES and twice the model's weights as
+stored (int8 weights count a quarter of float32 ones), so a large model keeps a useful batch and int8 keeps memory
+small.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from seq2seq_engine.config import torch_dtype
 from seq2seq_engine.worker.cache_engine import cache_block_bytes
 
 KV_BUDGET_BYTES = 256 << 20
+WEIGHTS_FACTOR = 2  # the KV in flight may take up to twice the model's weights
 MIN_WINDOWS, MAX_WINDOWS = 2, 16
 
 
@@ -38,6 +40,6 @@ def model_bytes(model: Any) -> int:
 def default_windows_in_flight(engine: Any, max_new_tokens: int, beam_width: int) -> int:
     """Windows in flight when the caller did not say: the budget over one window's KV bytes, in [2, 16], and never
     more than the engine's max_num_seqs."""
-    budget = max(KV_BUDGET_BYTES, model_bytes(engine.model_runner.model))
+    budget = max(KV_BUDGET_BYTES, WEIGHTS_FACTOR * model_bytes(engine.model_runner.model))
     fitting = budget // window_kv_bytes(engine, max_new_tokens, beam_width)
     return max(1, min(max(MIN_WINDOWS, fitting), MAX_WINDOWS, engine.scheduler_config.max_num_seqs))

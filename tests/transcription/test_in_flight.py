@@ -27,7 +27,9 @@ def test_default_fits_the_budget_within_the_bounds(tiny_llm):
     engine = tiny_llm.llm_engine
     greedy, beams = default_windows_in_flight(engine, 224, 1), default_windows_in_flight(engine, 224, 5)
     assert 2 <= beams <= greedy <= MAX_WINDOWS
-    budget = max(KV_BUDGET_BYTES, sum(p.numel() * p.element_size() for p in engine.model_runner.model.parameters()))
+    model = engine.model_runner.model
+    weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    budget = max(KV_BUDGET_BYTES, 2 * weights)
     for windows, beam in ((greedy, 1), (beams, 5)):
         assert windows == MAX_WINDOWS or windows * window_kv_bytes(engine, 224, beam) <= budget
         assert windows == MAX_WINDOWS or (windows + 1) * window_kv_bytes(engine, 224, beam) > budget
