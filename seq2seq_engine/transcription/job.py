@@ -16,8 +16,8 @@ from seq2seq_engine.transcription.in_flight import default_windows_in_flight
 from seq2seq_engine.transcription.input_queue import InputQueue
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.progress import audio_progress
-from seq2seq_engine.transcription.results import TranscriptionResult
-from seq2seq_engine.transcription.segments import WindowTokens, stitch
+from seq2seq_engine.transcription.results import Segment, TranscriptionResult
+from seq2seq_engine.transcription.segments import WindowTokens, pieces_and_segments, stitch
 from seq2seq_engine.transcription.vad_windows import window_vad_options
 from seq2seq_engine.transcription.word_timestamps import WordAligner
 from seq2seq_engine.transcription.work_items import InputState, Window, WindowTask, features_for, whisper_tokens_for
@@ -34,8 +34,10 @@ class TranscriptionJob(InputQueue):
     `in_flight` empty after a `fill()` means the job is done; `abort()` drops its engine requests, `close()` its
     progress bar and open files."""
 
-    def __init__(self, engine: Any, sources: Sequence[Any], options: TranscriptionOptions) -> None:
-        self.engine, self.options = engine, options
+    def __init__(self, engine: Any, sources: Sequence[Any], options: TranscriptionOptions,
+                 stream: bool = False) -> None:
+        self.engine, self.options, self.stream = engine, options, stream
+        self._streamed: Dict[int, Tuple[int, bool]] = {}  # input -> (its leading windows streamed, any text yet)
         self.tokens = whisper_tokens_for(engine)
         self.language = self.tokens.language_code(options.language) if options.language is not None else None
         if not self.tokens.is_multilingual:
@@ -67,6 +69,25 @@ class TranscriptionJob(InputQueue):
             finished.append((item.index, self._result(item)))
             item.done, item.windows = {}, []
         return finished
+
+    def take_progress(self) -> List[Tuple[int, List[Segment], str]]:
+        """With `stream`: (input index, segments, text) of each input's leading windows that became final since the
+        last call, in time order; an input's texts joined are its result's text. Call it before take_finished."""
+        progress: List[Tuple[int, List[Segment], str]] = []
+        for item in self.inputs if self.stream else []:
+            first, started = self._streamed.get(item.index, (0, False))
+            last = first
+            while item.error is None and last in item.done:
+                last += 1
+            if last == first:
+                continue
+            windows = [item.done[k] for k in range(first, last)]
+            pieces, segments = pieces_and_segments(windows, self.tokens, self._decode, self.options.timestamps)
+            text = "".join(pieces) if started else "".join(pieces).lstrip()
+            self._streamed[item.index] = (last, started or bool(text))
+            if text or segments:
+                progress.append((item.index, segments, text))
+        return progress
 
     def results(self) -> List[TranscriptionResult]:
         """Every input's result, in input order (once the job is done)."""

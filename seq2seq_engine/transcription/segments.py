@@ -94,6 +94,13 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
     start to its last region's end). The text is the windows' texts joined (Whisper's text tokens carry
     their leading spaces), stripped; each segment's text is stripped.
     """
+    pieces, segments = pieces_and_segments(windows, tokens, decode, timestamps)
+    return "".join(pieces).strip(), segments
+
+
+def pieces_and_segments(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Callable[[List[int]], str],
+                        timestamps: bool) -> Tuple[List[str], List[Segment]]:
+    """The windows' text pieces (unstripped: joined, they are the text) and segments, as `stitch` makes them."""
     segments: List[Segment] = []
     pieces: List[str] = []
     for window in windows:
@@ -114,4 +121,4 @@ def stitch(windows: Sequence[WindowTokens], tokens: WhisperTokens, decode: Calla
             elif text.strip():
                 segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
                                         **window.scores(), words=window.input_words()))
-    return "".join(pieces).strip(), segments
+    return pieces, segments

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
@@ -18,14 +17,13 @@ SR = 16000
 
 
 @pytest.fixture(scope="module")
-def model_dir():
-    return require_model("whisper-tiny.en")
+def model_dir(tiny_dir):
+    return tiny_dir
 
 
 @pytest.fixture(scope="module")
-def llm(model_dir):
-    from seq2seq_engine import LLM
-    return LLM(model_dir, kv_cache_space_gb=0.3, swap_space_gb=0.05)
+def llm(tiny_llm):
+    return tiny_llm
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict
+from typing import Any, AsyncIterator, Dict, Optional
 
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.requests import Request
 
 from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, parse_audio_form
-from seq2seq_engine.entrypoints.openai.client import run_job
+from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
+from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
 from seq2seq_engine.entrypoints.openai.state import ServerState
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.results import TranscriptionResult, render
@@ -25,14 +27,14 @@ async def create_transcription(request: Request, state: ServerState, task: str):
         raise APIError("model is required", param="model")
     state.check_model(audio.model)
     try:
-        job = TranscriptionJob(state.engine, [audio.data], audio.options)
+        job = TranscriptionJob(state.engine, [audio.data], audio.options, stream=audio.stream)
     except (ValueError, TypeError) as error:
         raise APIError(str(error)) from None
-    [(_, result)] = await run_job(state.loop, job, request)
-    if result.error is not None:
-        raise APIError(f"{audio.filename}: {result.error.replace('<bytes>: ', '')}", param="file",
-                       code="invalid_audio")
     headers = {"X-Request-Id": request.headers["x-request-id"]} if "x-request-id" in request.headers else None
+    if audio.stream:
+        return await _stream(state, job, request, audio, headers)
+    [(_, result)] = await run_job(state.loop, job, request)
+    _check_decoded(result, audio)
     if audio.response_format in ("text", "srt", "vtt"):
         text = render(result, {"text": "txt"}.get(audio.response_format, audio.response_format),
                       audio.max_words_per_line)
@@ -40,6 +42,44 @@ async def create_transcription(request: Request, state: ServerState, task: str):
     if audio.response_format == "json":
         return JSONResponse({"text": result.text, "usage": _usage(result)}, headers=headers)
     return JSONResponse(verbose_json(result, audio, task), headers=headers)
+
+
+def _check_decoded(result: TranscriptionResult, audio: AudioRequest) -> None:
+    if result.error is not None:
+        raise APIError(f"{audio.filename}: {result.error.replace('<bytes>: ', '')}", param="file",
+                       code="invalid_audio")
+
+
+async def _stream(state: ServerState, job: TranscriptionJob, request: Request, audio: AudioRequest,
+                  headers: Optional[Dict[str, str]]) -> EventStreamResponse:
+    """The events of a streamed transcription. The response starts with the first message, so an upload that is
+    not audio (its result comes first, with the error) is still a 400."""
+    messages = job_messages(state.loop, job, request)
+    try:
+        first = await messages.__anext__()
+        if isinstance(first, InputResult):
+            _check_decoded(first.result, audio)
+    except BaseException:
+        await messages.aclose()
+        raise
+    return EventStreamResponse(transcript_events(first, messages, audio), messages.aclose, headers)
+
+
+async def transcript_events(first: Any, messages: AsyncIterator[Any], audio: AudioRequest) -> AsyncIterator[str]:
+    """OpenAI's streamed transcription events: a `transcript.text.delta` as each run of windows becomes final (its
+    text, and its segments as an extra field), then `transcript.text.done` with the whole text and the usage."""
+    message: Any = first
+    streamed = 0  # segments sent so far: their ids run on across events
+    while message is not None:
+        if isinstance(message, InputProgress):
+            segments = [segment_json(streamed + k, segment) for k, segment in enumerate(message.segments)]
+            streamed += len(segments)
+            yield sse({"type": "transcript.text.delta", "delta": message.text, "segments": segments})
+        else:
+            _check_decoded(message.result, audio)
+            yield sse({"type": "transcript.text.done", "text": message.result.text,
+                       "usage": _usage(message.result)})
+        message = await messages.__anext__() if not isinstance(message, InputResult) else None
 
 
 def _usage(result: TranscriptionResult) -> Dict[str, Any]:
@@ -51,13 +91,17 @@ def _language_name(code: str) -> str:
     return LANGUAGES.get(code, code)
 
 
+def segment_json(number: int, segment: Any) -> Dict[str, Any]:
+    """One verbose_json segment: times, text and the decoding scores of its window."""
+    return {"id": number, "seek": int(round(segment.start * 100)), "start": segment.start, "end": segment.end,
+            "text": segment.text, "tokens": [], "temperature": segment.temperature,
+            "avg_logprob": segment.avg_logprob, "compression_ratio": segment.compression_ratio,
+            "no_speech_prob": segment.no_speech_prob}
+
+
 def verbose_json(result: TranscriptionResult, audio: AudioRequest, task: str) -> Dict[str, Any]:
     """OpenAI's verbose_json: task, language, duration, text, segments with the decoding scores, words if asked."""
-    segments = [{"id": number, "seek": int(round(segment.start * 100)), "start": segment.start, "end": segment.end,
-                 "text": segment.text, "tokens": [], "temperature": segment.temperature,
-                 "avg_logprob": segment.avg_logprob, "compression_ratio": segment.compression_ratio,
-                 "no_speech_prob": segment.no_speech_prob}
-                for number, segment in enumerate(result.segments)]
+    segments = [segment_json(number, segment) for number, segment in enumerate(result.segments)]
     body: Dict[str, Any] = {"task": task, "language": _language_name(result.language or ""),
                             "duration": result.duration, "text": result.text, "segments": segments,
                             "usage": _usage(result)}

@@ -13,6 +13,7 @@ from seq2seq_engine.transcription.options import TranscriptionOptions
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")
+STREAMED_FORMATS = ("json", "text", "verbose_json")  # srt/vtt need the whole result
 _BOOLS = ("condition_on_previous_text", "skip_silence", "suppress_blank", "vad_filter", "word_timestamps")
 _INTS = ("max_new_tokens", "beam_width", "best_of", "seed")
 _OPTIONAL_FLOATS = ("compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold",
@@ -32,6 +33,7 @@ class AudioRequest:
     words: bool
     max_words_per_line: Optional[int]
     options: TranscriptionOptions
+    stream: bool = False
 
 
 def _bool(name: str, text: str) -> bool:
@@ -99,9 +101,13 @@ async def parse_audio_form(form: FormData, task: str, max_upload_bytes: int) -> 
         if granularity not in GRANULARITIES:
             raise APIError(f"timestamp_granularities[] takes {' and '.join(GRANULARITIES)}, got {granularity!r}",
                            param="timestamp_granularities[]")
+    stream = _bool("stream", _single(form, "stream") or "false")
+    if stream and response_format not in STREAMED_FORMATS:
+        raise APIError(f"stream=true sends text events: response_format must be one of {STREAMED_FORMATS}, got "
+                       f"{response_format!r}", param="stream")
     return AudioRequest(data, upload.filename or "audio", _single(form, "model"), response_format,
                         "word" in granularities, _max_words(form),
-                        _options(form, task, response_format, granularities))
+                        _options(form, task, response_format, granularities), stream)
 
 
 def _max_words(form: FormData) -> Optional[int]:
@@ -122,8 +128,6 @@ def _options(form: FormData, task: str, response_format: str, granularities: Lis
         fields["initial_prompt"] = prompt
     if temperature is not None:
         fields["temperature"] = temperature  # "0" or "0,0.2,0.4": TranscriptionOptions parses both
-    if _single(form, "stream") not in (None, "false"):
-        raise APIError("stream is not supported for audio; segments come in one response", param="stream")
     for name in {key for key in form.keys() if key not in openai_fields}:
         if name in _RESERVED:
             raise APIError(f"{name} is set by the endpoint and response_format, not by a field", param=name)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone
-from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputResult, JobDone, Rejected, Sink
+from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
 
 _DISCONNECT_POLL_S = 0.5
 
@@ -117,26 +117,35 @@ async def next_item(sink: Sink, connection: Connection) -> Any:
             continue
 
 
-async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -> List[Tuple[int, Any]]:
-    """Run a transcription job on the engine loop; (input index, TranscriptionResult) in input order."""
+async def job_messages(loop: EngineLoop, job: Any, http_request: Optional[Request]) -> AsyncIterator[Any]:
+    """Run a transcription job on the engine loop: its InputProgress and InputResult messages as they come; the
+    job is aborted if the caller stops early or the client goes away."""
     job_id = f"transcription-{uuid.uuid4().hex[:12]}"
     sink, connection = Sink(), Connection(http_request)
     loop.add_job(job_id, job, sink)
-    results: List[Tuple[int, Any]] = []
     try:
         while True:
             item = await next_item(sink, connection)
-            if isinstance(item, InputResult):
-                results.append((item.index, item.result))
+            if isinstance(item, (InputProgress, InputResult)):
+                yield item
             elif isinstance(item, Failed):
                 raise APIError(item.message, item.status)
             elif isinstance(item, JobDone):
-                return sorted(results, key=lambda pair: pair[0])
+                return
             elif not isinstance(item, Accepted):
                 raise APIError(f"unexpected message from the engine loop: {item!r}", 500)
-    except BaseException:
-        loop.abort(job_id)
-        raise
+    finally:
+        loop.abort(job_id)  # a no-op for a finished job
+
+
+async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -> List[Tuple[int, Any]]:
+    """Run a transcription job on the engine loop; (input index, TranscriptionResult) in input order."""
+    messages = job_messages(loop, job, http_request)
+    try:
+        results = [(item.index, item.result) async for item in messages if isinstance(item, InputResult)]
+    finally:
+        await messages.aclose()
+    return sorted(results, key=lambda pair: pair[0])
 
 
 def _param_of(error: BaseException, default: str) -> str:

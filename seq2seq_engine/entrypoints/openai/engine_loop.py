@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
-from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputResult, JobDone, Rejected, Sink
+from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +189,8 @@ class EngineLoop:
             self._collect(job, sink)
 
     def _collect(self, job: Any, sink: Sink) -> None:
+        for index, segments, text in job.take_progress():  # before take_finished, which drops the windows
+            sink.put(InputProgress(index, segments, text))
         for index, result in job.take_finished():
             self.metrics.audio_done(result.duration)
             sink.put(InputResult(index, result))

@@ -41,6 +41,15 @@ class InputResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class InputProgress:
+    """Segments and text of an input's windows that became final, in time order (streamed transcription jobs)."""
+
+    index: int
+    segments: Any
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
 class JobDone:
     """A transcription job has no request left."""
 

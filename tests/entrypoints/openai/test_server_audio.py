@@ -165,3 +165,36 @@ def test_concurrent_transcriptions_share_the_loop_and_free_blocks(server, refere
     assert "seq2seq_engine:audio_seconds_total" in metrics
     state = wait_until_idle(server)
     assert state["free"] == state["total"] and state["cross_tables"] == 0
+
+
+def test_streamed_transcription_sends_each_window_as_it_is_final(client, reference, server, clip, tmp_path):
+    import soundfile
+
+    from seq2seq_engine.audio import load_audio
+    speech = load_audio(clip)
+    padded = list(speech) + [0.0] * (30 * 16000 - len(speech))
+    two_windows = tmp_path / "two_windows.wav"
+    # the second window says it twice: its request runs longer, so the first window is final earlier
+    soundfile.write(two_windows, padded + list(speech) * 2, 16000, subtype="FLOAT")
+    [expected] = reference.transcribe(str(two_windows), vad_filter=False, timestamps=True, use_tqdm=False)
+    with open(two_windows, "rb") as handle:
+        events = list(client.audio.transcriptions.create(model=MODEL, file=handle, stream=True,
+                                                         response_format="verbose_json",  # timed segments
+                                                         extra_body={"vad_filter": "false"}))
+    deltas, done = events[:-1], events[-1]
+    assert [event.type for event in deltas] == ["transcript.text.delta"] * 2
+    assert all(s["end"] <= 30 for s in deltas[0].model_extra["segments"])  # the first window only
+    assert done.type == "transcript.text.done" and done.text == expected.text
+    assert "".join(event.delta for event in deltas).strip() == expected.text
+    segments = [segment for event in deltas for segment in event.model_extra["segments"]]
+    assert [(s["id"], s["start"], s["end"], s["text"]) for s in segments] == [
+        (k, s.start, s.end, s.text) for k, s in enumerate(expected.segments)]
+    url = f"{server.url}/v1/audio/transcriptions"
+    not_audio = httpx.post(url, timeout=120, files={"file": ("notes.wav", b"not audio at all" * 50)},
+                           data={"model": MODEL, "stream": "true"})
+    assert not_audio.status_code == 400 and not_audio.json()["error"]["param"] == "file"
+    srt = httpx.post(url, timeout=120, files={"file": ("a.wav", open(clip, "rb").read())},
+                     data={"model": MODEL, "stream": "true", "response_format": "srt"})
+    assert srt.status_code == 400 and srt.json()["error"]["param"] == "stream"
+    state = wait_until_idle(server)
+    assert state["unfinished"] == 0 and state["free"] == state["total"] and not state["cross_tables"]
