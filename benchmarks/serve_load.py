@@ -1,12 +1,12 @@
 """Load test of `seq2seq-engine serve`: many concurrent HTTP clients on loopback (asyncio + httpx), mixed chat,
-completions and transcriptions at a bounded request rate and a time limit, then the same text prompts through
-offline `LLM.generate` in the same run; optionally 100 clients that disconnect mid-stream.
+completions and transcriptions at a bounded request rate and a time limit, then the same requests offline
+(`LLM.generate`, `llm.transcribe`) in the same run; optionally 100 clients that disconnect mid-stream.
 
 The servers run in this process on background threads (`start_in_thread`: a real uvicorn on 127.0.0.1): one for
 the text model (chat + completions) and, unless --audio-model '', one for the Whisper model (transcriptions).
 Reports requests/s, time to first token and end-to-end p50/p99, output tokens/s, errors and lost requests, the
-offline run's tokens/s and the ratio, and whether every KV block is free at the end. Exit status 1 when a request
-failed or was lost, or blocks are held.
+offline run's time for the same work and the throughput ratio, and whether every KV block is free at the end.
+Exit status 1 when a request failed or was lost, or blocks are held.
 
     .venv/bin/python benchmarks/serve_load.py --num-requests 500 --rate 20 --time-limit 600
     .venv/bin/python benchmarks/serve_load.py --num-requests 20 --rate 5 --max-tokens 8 --disconnects 100
@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
@@ -161,7 +161,21 @@ def percentile(values: List[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def offline_tokens_per_s(model_dir: str, requests: List[Dict[str, Any]], args) -> float:
+def offline_run(text_dir: str, audio_dir: Optional[str], requests: List[Dict[str, Any]], args) -> Dict[str, float]:
+    """The same requests without the server: the text prompts through LLM.generate at once, then the
+    transcriptions through llm.transcribe at once; output tokens and the wall time of each part."""
+    tokens, text_wall = offline_text(text_dir, requests, args)
+    clips = [r["clip"] for r in requests if r["kind"] == "transcription"]
+    audio_wall = 0.0
+    if audio_dir is not None and clips:
+        llm = LLM(audio_dir, max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb)
+        start = time.perf_counter()
+        llm.transcribe(clips, use_tqdm=False)
+        audio_wall = time.perf_counter() - start
+    return {"tokens": tokens, "text_wall": text_wall, "audio_wall": audio_wall}
+
+
+def offline_text(model_dir: str, requests: List[Dict[str, Any]], args) -> Tuple[int, float]:
     """The same text prompts (chat rendered with the tokenizer's template) through LLM.generate at once."""
     llm = LLM(model_dir, max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb)
     tokenizer = llm.get_tokenizer()
@@ -171,10 +185,10 @@ def offline_tokens_per_s(model_dir: str, requests: List[Dict[str, Any]], args) -
     start = time.perf_counter()
     outputs = llm.generate(prompts, {"max_tokens": args.max_tokens, "temperature": 0.0}, use_tqdm=False)
     wall = time.perf_counter() - start
-    return sum(len(o.outputs[0].token_ids) for o in outputs) / wall
+    return sum(len(o.outputs[0].token_ids) for o in outputs), wall
 
 
-def report(load: Dict[str, Any], offline: Optional[float], held: Dict[str, int], left: Optional[int], args) -> bool:
+def report(load: Dict[str, Any], offline: Dict[str, float], held: Dict[str, int], left: Optional[int], args) -> bool:
     results = load["results"]
     text = [r for r in results if r["kind"] != "transcription"]
     tokens = sum(r["tokens"] for r in results)
@@ -185,9 +199,11 @@ def report(load: Dict[str, Any], offline: Optional[float], held: Dict[str, int],
           f"| {percentile([r['ttft'] for r in text], 0.5):.3f} / {percentile([r['ttft'] for r in text], 0.99):.3f} "
           f"| {percentile([r['e2e'] for r in results], 0.5):.3f} / {percentile([r['e2e'] for r in results], 0.99):.3f}"
           f" | {tokens / load['wall']:.1f} |")
-    if offline is not None:
-        print(f"offline LLM.generate, same text prompts: {offline:.1f} output tok/s; server / offline = "
-              f"{tokens / load['wall'] / offline:.2f} (the server's rate is bounded by --rate)")
+    offline_wall = offline["text_wall"] + offline["audio_wall"]
+    text_rate = offline["tokens"] / offline["text_wall"]
+    print(f"offline, the same requests: LLM.generate {offline['text_wall']:.1f} s ({text_rate:.1f} "
+          f"output tok/s) + llm.transcribe {offline['audio_wall']:.1f} s = {offline_wall:.1f} s; server "
+          f"{load['wall']:.1f} s; throughput server / offline = {offline_wall / load['wall']:.2f} (bounded by --rate)")
     for error in load["errors"][:5]:
         print("error:", error)
     if left is not None:
@@ -230,7 +246,8 @@ def main(argv=None) -> int:
     finally:
         for server in servers.values():
             server.stop()
-    offline = offline_tokens_per_s(text_dir, requests, args)
+    offline = offline_run(text_dir, resolve_model_path(args.audio_model) if args.audio_model else None, requests,
+                          args)
     return 0 if report(load, offline, held, left, args) else 1
 
 
