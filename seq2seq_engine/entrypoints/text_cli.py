@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from tqdm.auto import tqdm
 
+from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
@@ -77,10 +78,7 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
         group.add_argument("--src-lang", default=None, help="source language code of the tokenizer (mBART)")
         group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART)")
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    engine.add_argument("--quantization", default=None, choices=["int8"],
-                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
-    engine.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    add_precision_arguments(engine)
     engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
     engine.add_argument("--max-num-seqs", type=int, default=256)
     engine.add_argument("--max-in-flight", type=int, default=512, help="requests queued in the engine at once")

@@ -23,6 +23,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
+from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments, add_word_arguments,
                                                          options_from_args)
@@ -64,10 +65,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="write one file per input here (created), each as soon as it is transcribed; inputs "
                              "whose file exists are skipped")
     parser.add_argument("--overwrite", action="store_true", help="with --output-dir: redo inputs whose file exists")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--quantization", default=None, choices=["int8"],
-                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    add_precision_arguments(parser)
     parser.add_argument("--kv-cache-space-gb", type=float, default=1.0)
     parser.add_argument("--swap-space-gb", type=float, default=0.1, help="CPU swap pool for preempted windows")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="most windows decoded at once")

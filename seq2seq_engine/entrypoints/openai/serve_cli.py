@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import Any
 
+from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
+
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -27,10 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     parser.add_argument("--max-upload-mb", type=float, default=25.0, help="largest request body (audio uploads)")
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    engine.add_argument("--quantization", default=None, choices=["int8"],
-                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
-    engine.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    add_precision_arguments(engine)
     engine.add_argument("--seed", type=int, default=0)
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
