@@ -14,23 +14,10 @@ from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
 from seq2seq_engine.transcription import job as job_module
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "no_leaked_blocks")
 pytest.importorskip("av")
 SR = 16000
 TOLERANCE = 0.5  # s: speech_pad_ms (0.4 s) plus a Whisper timestamp step or two
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_blocks(request):
-    """After each test, the engine holds no request and every device and swap block is free again."""
-    yield
-    if "tiny_llm" not in request.fixturenames:
-        return
-    engine = request.getfixturevalue("tiny_llm").llm_engine
-    manager = engine.scheduler.block_manager
-    assert not engine.has_unfinished_requests()
-    assert manager.get_num_free_gpu_blocks() == engine.cache_config.num_gpu_blocks
-    assert manager.get_num_free_cpu_blocks() == engine.cache_config.num_cpu_blocks
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription import job as job_module
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "no_leaked_blocks")
 SR = 16000
 
 
@@ -38,19 +38,6 @@ def clips():
         pytest.skip("pytest-audioeval is not installed")
     folder = os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio", "en")
     return {os.path.basename(p)[:-4]: load_audio(p) for p in glob.glob(os.path.join(folder, "*.wav"))}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_blocks(request):
-    """After each test, the engine holds no request and every device and swap block is free again."""
-    yield
-    if "llm" not in request.fixturenames:
-        return
-    engine = request.getfixturevalue("llm").llm_engine
-    manager = engine.scheduler.block_manager
-    assert not engine.has_unfinished_requests()
-    assert manager.get_num_free_gpu_blocks() == engine.cache_config.num_gpu_blocks
-    assert manager.get_num_free_cpu_blocks() == engine.cache_config.num_cpu_blocks
 
 
 @pytest.fixture()

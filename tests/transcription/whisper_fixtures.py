@@ -1,5 +1,6 @@
 """Fixtures shared by the transcription tests (registered in tests/conftest.py): the packaged whisper-tiny.en, an
-engine on it with a small KV pool, and a spy on the tokens of each stitched window."""
+engine on it with a small KV pool, a spy on the tokens of each stitched window, and a check that a test left no
+KV block behind."""
 import pytest
 from conftest import require_model
 
@@ -29,3 +30,17 @@ def window_tokens(monkeypatch):
 
     monkeypatch.setattr(job_module, "stitch", spy)
     return calls
+
+
+@pytest.fixture()
+def no_leaked_blocks(request):
+    """After the test, the engine of `tiny_llm` (when the test used it) holds no request and every device and swap
+    block is free again."""
+    yield
+    if "tiny_llm" not in request.fixturenames:
+        return
+    engine = request.getfixturevalue("tiny_llm").llm_engine
+    manager = engine.scheduler.block_manager
+    assert not engine.has_unfinished_requests()
+    assert manager.get_num_free_gpu_blocks() == engine.cache_config.num_gpu_blocks
+    assert manager.get_num_free_cpu_blocks() == engine.cache_config.num_cpu_blocks
