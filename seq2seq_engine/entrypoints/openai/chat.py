@@ -9,11 +9,10 @@ from typing import Any, Dict, List
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
-from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, check_ignored, stream_choices, token_text,
+from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, check_ignored, stream_response, token_text,
                                                        usage)
 from seq2seq_engine.entrypoints.openai.client import EngineRequests
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse
 from seq2seq_engine.entrypoints.openai.params import default_max_tokens, engine_overrides
 from seq2seq_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from seq2seq_engine.entrypoints.openai.state import ServerState
@@ -54,10 +53,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     if body.stream:
         head = {"id": response_id, "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": state.model_name}
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        events = stream_choices(requests, tracker, head, include_usage, body.n,
-                                lambda piece: _chunk_choice(piece, state))
-        return EventStreamResponse(events, lambda: requests.__aexit__(None, None, None), headers)
+        return stream_response(requests, tracker, head, body, lambda piece: _chunk_choice(piece, state), headers)
     async with requests:
         finals = await requests.final_outputs()
     check_ignored(finals.values())

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Optional, Tuple
 
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.event_stream import sse
+from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
 
 
 @dataclasses.dataclass
@@ -95,3 +95,12 @@ async def stream_choices(requests: Any, tracker: ChoiceTracker, head: Dict[str, 
                 finals.append(output)
     if include_usage:
         yield sse({**head, "choices": [], "usage": usage(finals, n)})
+
+
+def stream_response(requests: Any, tracker: ChoiceTracker, head: Dict[str, Any], body: Any,
+                    render: Callable[[Piece], Dict[str, Any]], headers: Dict[str, str]) -> EventStreamResponse:
+    """The streamed response of a completions or chat request (`body.n`, `body.stream_options`); leaving it, however
+    it ends, closes `requests` (which aborts what is unfinished)."""
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    events = stream_choices(requests, tracker, head, include_usage, body.n, render)
+    return EventStreamResponse(events, lambda: requests.__aexit__(None, None, None), headers)
