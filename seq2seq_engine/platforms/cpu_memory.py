@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-from typing import Any
+from typing import Any, Optional
 
 from seq2seq_engine.config import env_switch
 
@@ -34,12 +34,8 @@ def tune_malloc() -> bool:
     Set SEQ2SEQ_ENGINE_MALLOC_TUNING=0 to leave malloc as it is. The settings are process-wide and stay after the
     engine is gone (they only change which memory malloc reuses, never what a program computes).
     """
-    if not env_switch(MALLOC_ENV):
-        return False
-    path = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(path).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _libc_function("mallopt") if env_switch(MALLOC_ENV) else None
+    if mallopt is None:
         return False
     applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     if not applied:
@@ -53,13 +49,19 @@ def release_free_memory() -> bool:
     Called once the model is loaded: loading frees as much as it keeps (checkpoint tensors, the float32 weights
     that int8 or bfloat16 replace), and without this the freed heap pages stay resident for the process's life.
     """
-    path = ctypes.util.find_library("c")
-    try:
-        malloc_trim = ctypes.CDLL(path).malloc_trim
-    except (OSError, AttributeError, TypeError):
+    malloc_trim = _libc_function("malloc_trim")
+    if malloc_trim is None:
         return False
     malloc_trim.argtypes = [ctypes.c_size_t]
     return malloc_trim(0) in (0, 1)
+
+
+def _libc_function(name: str) -> Optional[Any]:
+    """The C library's function `name`; None where there is no such library or function (not glibc)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 def widest_activation(hf_config: Any) -> int:
