@@ -49,7 +49,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-suppress-blank", dest="suppress_blank", action="store_false",
         help="allow a window to start with a blank or end at once")
     add("--clip-timestamps", help="start,end,... seconds: transcribe only these spans (a last end may be left out)")
-    add("--hallucination-silence-threshold", type=float, help="not implemented yet (an error when set)")
+    add("--hallucination-silence-threshold", type=float, metavar="SECONDS",
+        help="drop a segment whose words look hallucinated when silence longer than this surrounds it")
     add("--seed", type=int, help="seed of the sampled attempts (default 0)")
 
 

@@ -2,6 +2,7 @@
 (pipeline.py's loop for `transcribe`, the server's engine loop for its audio endpoints)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -12,6 +13,7 @@ import torch
 from seq2seq_engine.audio import AudioError, encoder_window_samples
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt, attempt_seed
 from seq2seq_engine.transcription.fallback import Attempt, Verdict, verdict
+from seq2seq_engine.transcription.hallucination import drop_segments, hallucinated_segments
 from seq2seq_engine.transcription.in_flight import default_windows_in_flight
 from seq2seq_engine.transcription.input_queue import InputQueue
 from seq2seq_engine.transcription.options import TranscriptionOptions
@@ -20,6 +22,7 @@ from seq2seq_engine.transcription.results import Segment, TranscriptionResult
 from seq2seq_engine.transcription.segments import WindowTokens, pieces_and_segments, stitch
 from seq2seq_engine.transcription.vad_windows import window_vad_options
 from seq2seq_engine.transcription.word_timestamps import WordAligner
+from seq2seq_engine.transcription.words import WordTiming
 from seq2seq_engine.transcription.work_items import InputState, Window, WindowTask, features_for, whisper_tokens_for
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,8 @@ class TranscriptionJob(InputQueue):
         self.tokens.prompt(self.language or next(iter(self.tokens.language_ids), None), options.task,
                            options.timestamps)  # validates the task for this model
         self.plan = DecodePlan(engine, self.tokens, options)
-        self.aligner = WordAligner(engine, self.tokens) if options.word_timestamps else None
+        timed = options.word_timestamps or options.hallucination_silence_threshold is not None
+        self.aligner = WordAligner(engine, self.tokens) if timed else None
         self.window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
         self.vad = window_vad_options(options.vad_filter, options.vad_parameters, self.window_samples)
         self.max_in_flight = options.max_in_flight or default_windows_in_flight(
@@ -166,7 +170,7 @@ class TranscriptionJob(InputQueue):
         if not self.options.condition_on_previous_text:
             self._maybe_finish(item)
             return
-        item.context.extend(token_ids)
+        item.context.extend(item.done[window.index].token_ids)  # without dropped hallucinations
         if result.temperature > self.options.prompt_reset_on_temperature:
             item.context_start = len(item.context)  # openai-whisper: no prompt after a high-temperature window
         self._queue_next_sequential(item)
@@ -179,14 +183,27 @@ class TranscriptionJob(InputQueue):
         scores = {} if result is None else dict(temperature=result.temperature, avg_logprob=result.avg_logprob,
                                                 compression_ratio=result.compression_ratio,
                                                 no_speech_prob=result.no_speech_prob)
-        done = item.done[window.index] = WindowTokens(window.offset, window.duration, token_ids, window.time_map,
-                                                      **scores)
-        if self.aligner is not None:  # word timestamps: an alignment pass over the kept tokens, before the release
-            done.words = self.aligner.window_words(self._features(window), token_ids, item.language,
-                                                   self.options.task, window.duration) if token_ids else []
+        done = WindowTokens(window.offset, window.duration, token_ids, window.time_map, **scores)
+        if self.aligner is not None:  # word timings: an alignment pass over the kept tokens, before the release
+            words = self.aligner.window_words(self._features(window), token_ids, item.language,
+                                              self.options.task, window.duration) if token_ids else []
+            done = self._without_hallucinations(done, words)
+        item.done[window.index] = done
         window.release()  # the audio is no longer needed
         item.samples_progressed += window.num_samples
         self.progress.update(window.num_samples)
+
+    def _without_hallucinations(self, done: WindowTokens, words: List[List[WordTiming]]) -> WindowTokens:
+        """The window with its words (word_timestamps) and without the segments hallucination_silence_threshold
+        drops (hallucination.py)."""
+        threshold = self.options.hallucination_silence_threshold
+        dropped = set()
+        if threshold is not None:
+            dropped = hallucinated_segments(words, done.input_span, done.duration, threshold)
+        token_ids = drop_segments(done.token_ids, self.tokens.is_timestamp, self.tokens.is_text, dropped)
+        kept_words = [segment for index, segment in enumerate(words) if index not in dropped]
+        return dataclasses.replace(done, token_ids=token_ids,
+                                   words=kept_words if self.options.word_timestamps else None)
 
     # ------------------------------------------------------------------ per input
     def _maybe_finish(self, item: InputState) -> None:

@@ -71,8 +71,9 @@ class TranscriptionOptions:
     Words: `word_timestamps` (each segment gets `.words`, timed by an alignment pass over each window's kept
     tokens: word_timestamps.py).
     Running: `use_tqdm`, `max_in_flight` (most engine requests at once; None: the engine's max_num_seqs).
-    `hallucination_silence_threshold` (openai-whisper's skipping of silence around hallucinations, which uses word
-    timings) is not implemented yet: setting it is an error.
+    `hallucination_silence_threshold` (seconds; openai-whisper's rule: a segment whose words look hallucinated,
+    with silence longer than this on both sides, is dropped; it times the words even without word_timestamps:
+    hallucination.py).
     """
 
     language: Optional[str] = None
@@ -159,9 +160,9 @@ class TranscriptionOptions:
                 _fail(name, limit, value)
         if not (_number(self.prompt_reset_on_temperature) and self.prompt_reset_on_temperature >= 0):
             _fail("prompt_reset_on_temperature", "a number >= 0", self.prompt_reset_on_temperature)
-        if self.hallucination_silence_threshold is not None:
-            raise ValueError("hallucination_silence_threshold is not implemented yet (word timestamps are: "
-                             "word_timestamps=True); leave it None")
+        threshold = self.hallucination_silence_threshold
+        if threshold is not None and not (_number(threshold) and threshold > 0):
+            _fail("hallucination_silence_threshold", "None or a number of seconds > 0", threshold)
 
     def _check_text(self) -> None:
         for name in ("prefix", "hotwords"):

@@ -69,10 +69,12 @@ class WordAligner:
 def distribute(words: List[WordTiming], segments: Sequence[Any], duration: float,
                median: float) -> List[List[WordTiming]]:
     """Hand the words to the segments in token order (a segment takes words until it has its token count);
-    the first and last word of a segment that overrun the segment's timestamps by over 0.5 s are pulled in
-    (openai's boundary rule), then all times are clamped to [0, duration] and made monotone."""
+    openai's boundary rules: the first word(s) after a pause last at most twice the median duration (the pause
+    measured from the window's start or the previous segment's end), and the first and last word of a segment
+    that overrun the segment's timestamps by over 0.5 s are pulled in; then all times are clamped to
+    [0, duration] and made monotone."""
     result: List[List[WordTiming]] = []
-    index = 0
+    index, speech_end = 0, 0.0
     for start, end, segment_tokens in segments:
         taken, seg_words = 0, []
         while index < len(words) and taken < len(segment_tokens):
@@ -81,14 +83,31 @@ def distribute(words: List[WordTiming], segments: Sequence[Any], duration: float
             taken += len(words[index].tokens)
             index += 1
         if seg_words:
+            _shorten_after_pause(seg_words, speech_end, median)
             first, last = seg_words[0], seg_words[-1]
             if start < first.end and start - 0.5 > first.start:
                 first.start = max(0.0, min(first.end - median, start))
             if end > last.start and end + 0.5 < last.end:
                 last.end = max(last.start + median, end)
+            speech_end = last.end
         result.append(seg_words)
     _clamp([w for seg in result for w in seg], duration)
     return result
+
+
+def _shorten_after_pause(words: List[WordTiming], speech_end: float, median: float) -> None:
+    """openai's rule for a segment's first word (and second, when it is long too) ending more than four median
+    durations after the last speech, and lasting more than twice the median: they keep only the end of it."""
+    longest = median * 2
+    first = words[0]
+    if first.end - speech_end <= median * 4:
+        return
+    if not (first.end - first.start > longest or (len(words) > 1 and words[1].end - first.start > longest * 2)):
+        return
+    if len(words) > 1 and words[1].end - words[1].start > longest:
+        boundary = max(words[1].end / 2, words[1].end - longest)
+        first.end = words[1].start = boundary
+    first.start = max(0.0, first.end - longest)
 
 
 def _clamp(words: List[WordTiming], duration: float) -> None:

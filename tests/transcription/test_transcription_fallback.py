@@ -131,7 +131,8 @@ def test_options_defaults_and_normalisation():
     ("max_new_tokens", 0, "max_new_tokens must be None or an int >= 1"),
     ("timestamps", "yes", "timestamps must be True or False"),
     ("seed", -1, "seed must be an int >= 0"),
-    ("hallucination_silence_threshold", 2.0, "hallucination_silence_threshold is not implemented yet"),
+    ("hallucination_silence_threshold", 0, "hallucination_silence_threshold must be None or a number of seconds > 0"),
+    ("hallucination_silence_threshold", "2", "hallucination_silence_threshold must be None or a number of seconds"),
 ])
 def test_options_errors_name_the_field_and_the_limit(field, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

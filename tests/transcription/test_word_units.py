@@ -10,6 +10,7 @@ import torch
 from seq2seq_engine.transcription.alignment import alignment_heads
 from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
 from seq2seq_engine.transcription.timing import dtw, median_filter
+from seq2seq_engine.transcription.word_timestamps import distribute
 from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, split_on_spaces, split_on_unicode,
                                                 time_words)
 
@@ -139,3 +140,21 @@ def test_cli_word_flags_make_options_and_reach_the_folder_writer(tmp_path):
     writer(0, _result())
     assert (tmp_path / "a.srt").read_text(encoding="utf-8") == to_srt(_result(), 2)
     assert to_srt(_result(), 2).count("-->") == 2
+
+
+def _timed(text, start, end):
+    return WordTiming(text, [1], start, end, 0.9)
+
+
+def test_distribute_shortens_the_first_words_after_a_pause():
+    """openai-whisper's rule by hand, median 0.3 s (longest 0.6 s)."""
+    words = [_timed(" The", 0.0, 10.2), _timed(" fox.", 10.2, 10.5)]
+    (only,) = distribute(words, [(0.0, 12.0, [1, 2])], 30.0, median=0.3)
+    assert [(w.start, w.end) for w in only] == [(9.6, 10.2), (10.2, 10.5)]   # ends 10.2 s after the start
+    words = [_timed(" The", 0.0, 10.2), _timed(" big", 10.2, 11.0), _timed(" fox", 11.0, 11.3)]
+    (only,) = distribute(words, [(0.0, 12.0, [1, 2, 3])], 30.0, median=0.3)
+    # the second word is long too: both meet at max(11.0 / 2, 11.0 - 0.6) = 10.4, the first keeps 0.6 s
+    assert [(w.start, w.end) for w in only] == [(9.8, 10.4), (10.4, 11.0), (11.0, 11.3)]
+    words = [_timed(" a", 0.2, 0.5), _timed(" b.", 0.5, 0.8), _timed(" c", 0.8, 2.0)]
+    first, second = distribute(words, [(0.0, 0.8, [1, 2]), (0.8, 2.0, [3])], 30.0, median=0.3)
+    assert [(w.start, w.end) for w in second] == [(0.8, 2.0)]   # ends 1.2 s after the speech: not a pause
