@@ -138,3 +138,14 @@ def test_real_speech_is_kept(tiny_llm, silence_then_speech):
                           hallucination_silence_threshold=1.0)
     assert checked.text == plain.text and checked.text.startswith("The quick brown fox")
     assert [(s.start, s.end) for s in checked.segments] == [(s.start, s.end) for s in plain.segments]
+
+
+def test_cli_flag_and_server_field_reach_the_options():
+    import argparse
+
+    from seq2seq_engine.entrypoints import transcribe_cli
+    from seq2seq_engine.entrypoints.transcribe_flags import options_from_args
+    parser = transcribe_cli.configure_parser(argparse.ArgumentParser())
+    args = parser.parse_args(["a.wav", "--hallucination-silence-threshold", "2.5"])
+    assert options_from_args(args).hallucination_silence_threshold == 2.5
+    assert options_from_args(parser.parse_args(["a.wav"])).hallucination_silence_threshold is None
