@@ -140,7 +140,7 @@ def test_real_speech_is_kept(tiny_llm, silence_then_speech):
     assert [(s.start, s.end) for s in checked.segments] == [(s.start, s.end) for s in plain.segments]
 
 
-def test_cli_flag_and_server_field_reach_the_options():
+def test_cli_flag_reaches_the_options():
     import argparse
 
     from seq2seq_engine.entrypoints import transcribe_cli
