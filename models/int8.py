@@ -116,6 +116,38 @@ class Int8Linear(nn.Module):
                 f"reduce_range={self.reduce_range}")
 
 
+class Int8Embedding(nn.Module):
+    """An embedding table stored as int8 rows with one float32 scale per row (quantize_weight); a lookup returns
+    the rows dequantized to float32. A quarter of float32's memory; CTranslate2's int8 stores embeddings so too."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = weight.shape
+        qweight, scale = quantize_weight(weight)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("weight_scale", scale)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The float32 table the int8 one stands for: q * scale (built on each access)."""
+        return self.qweight.float() * self.weight_scale[:, None]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.qweight[input_ids].float() * self.weight_scale[input_ids].unsqueeze(-1)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, int8"
+
+
+def _quantize_embeddings(model: nn.Module, weight: torch.Tensor) -> None:
+    """Replace every nn.Embedding that holds `weight` by one Int8Embedding of it."""
+    table = Int8Embedding(weight)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Embedding) and child.weight is weight:
+                setattr(parent, name, table)
+
+
 def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None, per_row: bool = True) -> int:
     """Replace every nn.Linear inside `module` (fused projections included: one int8 matmul for q/k/v) by an
     Int8Linear built from its weights, in place; returns how many were replaced."""
@@ -131,12 +163,15 @@ def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None, per
 def quantize_model(model: nn.Module, method: str = "int8") -> nn.Module:
     """Run the model's Linear layers in int8, in place: every nn.Linear, and the logits projection of models whose
     head is tied to the embeddings (`model.tied_lm_head_weight()`, when the model defines it), which gets an
-    int8 copy while the embedding lookup stays float32. The model must already be float32 on the CPU."""
+    int8 copy, its embedding lookup then reading int8 rows too (Int8Embedding). The model must already be float32
+    on the CPU."""
     if method not in QUANTIZATION_METHODS:
         raise ValueError(f"quantization must be one of {QUANTIZATION_METHODS} or None, got {method!r}")
     reduce_range = activations_need_reduced_range()
     quantize_linears(model, reduce_range)
     tied = getattr(model, "tied_lm_head_weight", None)
     if tied is not None and tied() is not None:
-        model.set_lm_head(Int8Linear(tied(), None, reduce_range))
+        weight = tied()
+        model.set_lm_head(Int8Linear(weight, None, reduce_range))
+        _quantize_embeddings(model, weight)
     return model

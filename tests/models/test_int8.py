@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from hf_reference import build_tiny_model
 
 from seq2seq_engine.config import ModelConfig
-from seq2seq_engine.models.int8 import (Int8Linear, activations_need_reduced_range, int8_unsupported_reason,
-                                        quantize_weight)
+from seq2seq_engine.models.int8 import (Int8Embedding, Int8Linear, activations_need_reduced_range,
+                                        int8_unsupported_reason, quantize_weight)
 
 pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
 
@@ -112,6 +112,14 @@ def test_load_model_int8_replaces_every_linear_and_the_tied_head(arch, head, tmp
     hidden = _random((4, model.get_submodule(head).in_features), 7)
     logits, float_logits = model.compute_logits(hidden), float_model.compute_logits(hidden)
     assert (logits - float_logits).abs().max() < 0.05 * float_logits.abs().max()
+    tables = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, Int8Embedding)}
+    assert bool(tables) == (arch != "llama")   # tied heads (Whisper, BART): the lookup reads int8 rows too
+    for name, table in tables.items():
+        float_table = float_model.get_submodule(name).weight
+        ids = torch.tensor([[0, 3], [float_table.shape[0] - 1, 7]])
+        step = float_table.abs().amax(dim=1) / 127
+        assert table(ids).shape == (2, 2, float_table.shape[1]) and table.qweight.dtype == torch.int8
+        assert ((table(ids) - float_table[ids]).abs() <= step[ids].unsqueeze(-1) / 2 + 1e-7).all()
 
 
 def test_int8_option_is_validated():
