@@ -66,7 +66,9 @@ def _output(text: str, segments: Segments) -> Dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- ours
 def run_ours(job: LongJob, dtype: str) -> EngineRun:
-    """LLM(dtype).transcribe(all recordings in one call, timestamps=True, **options)."""
+    """LLM(dtype).transcribe(all recordings in one call, **options): its defaults unless options say otherwise
+    (without timestamps, as fw-batched decodes; a window's text is then one segment, from its first speech region's
+    start to its last one's end)."""
     import transformers
 
     from seq2seq_engine import LLM
@@ -83,7 +85,7 @@ def run_ours(job: LongJob, dtype: str) -> EngineRun:
     llm = LLM(job.hf_dir, **kwargs)
 
     def run_once(paths: List[str]) -> List[Dict[str, Any]]:
-        results = llm.transcribe(paths, language=job.language, timestamps=True, use_tqdm=False, **job.options)
+        results = llm.transcribe(paths, language=job.language, use_tqdm=False, **job.options)
         errors = [r.error for r in results if r.error]
         if errors:
             raise RuntimeError(f"{len(errors)} transcription errors, first: {errors[0]}")

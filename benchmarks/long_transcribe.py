@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--vad-filter", choices=sorted(ON_OFF), default=None)
     parser.add_argument("--temperature", default=None, help="one value, or a comma list (fallback temperatures)")
     parser.add_argument("--beam-width", type=int, default=None)
+    parser.add_argument("--timestamps", action="store_true",
+                        help="ours decodes with timestamp tokens (segments per utterance); default: without, as "
+                             "fw-batched decodes, one segment per window")
     parser.add_argument("--condition-on-previous-text", choices=sorted(ON_OFF), default=None)
     parser.add_argument("--gap-margin", type=float, default=0.5,
                         help="seconds trimmed off each side of a non-speech stretch next to speech")
@@ -77,6 +80,8 @@ def requested_options(args: argparse.Namespace) -> Dict[str, Any]:
         options["beam_width"] = args.beam_width
     if args.condition_on_previous_text is not None:
         options["condition_on_previous_text"] = ON_OFF[args.condition_on_previous_text]
+    if args.timestamps:
+        options["timestamps"] = True
     return options
 
 
@@ -124,7 +129,7 @@ def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording
         print(f"{r.name}: {r.duration:.1f} s, speech {speech:.1f} s in {len(r.speech_spans)} utterances, "
               f"non-speech counted {sum(e - s for s, e in long_audio.gaps(r.parts, args.gap_margin)):.1f} s")
     shown = ", ".join(f"{k}={v}" for k, v in applied.items()) or "none (its defaults)"
-    print(f"model={args.model}; ours: timestamps=True, options applied: {shown}"
+    print(f"model={args.model}; ours: options applied: {shown}"
           + (f"; not accepted by its transcribe(), not applied: {', '.join(ignored)}" if ignored else ""))
     print("faster-whisper: its defaults (beam 5, temperature fallback 0-1, condition_on_previous_text), language en; "
           f"fw-batched: batch_size {args.batch_size}, VAD on, its segments are the VAD chunks (without_timestamps)",

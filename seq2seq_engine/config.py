@@ -98,9 +98,13 @@ class CacheConfig:
     num_gpu_blocks: Optional[int] = None
     num_cpu_blocks: Optional[int] = None
     watermark: float = 0.01
+    # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §59); or one of DTYPE_NAMES.
+    cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         _require_positive("block_size", self.block_size)
+        if self.cache_dtype not in ("auto",) + DTYPE_NAMES:
+            raise ValueError(f"kv_cache_dtype must be 'auto' or one of {DTYPE_NAMES}, got {self.cache_dtype!r}")
         if self.kv_cache_space_gb <= 0:
             raise ValueError(f"kv_cache_space_gb must be > 0, got {self.kv_cache_space_gb!r}")
         if self.swap_space_gb < 0:
@@ -175,12 +179,23 @@ class EngineConfig:
     scheduler_config: SchedulerConfig
     device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)
 
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The KV cache's dtype name: the cache config's, or for "auto" the model's (bfloat16 under int8
+        quantization, whose float32 activations lose nothing that matters in bfloat16 K/V: decisions §59)."""
+        if self.cache_config.cache_dtype != "auto":
+            return self.cache_config.cache_dtype
+        return "bfloat16" if self.model_config.quantization == "int8" else self.model_config.dtype
+
     def __post_init__(self) -> None:
         if self.model_config.quantization == "int8":
             from seq2seq_engine.models.int8 import int8_unsupported_reason
             reason = int8_unsupported_reason(self.device_config.resolved)
             if reason:
                 raise ValueError(reason)
+        if self.device_config.resolved != "cpu" and self.kv_cache_dtype != self.model_config.dtype:
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} differs from the model's dtype "
+                             f"{self.model_config.dtype!r}: only the CPU kernels read a cache of another dtype")
 
 
 def _first_token_id(value) -> Optional[int]:

@@ -20,6 +20,7 @@ class EngineArgs:
     max_model_len: Optional[int] = None
     kv_cache_space_gb: float = 4.0
     swap_space_gb: float = 1.0
+    kv_cache_dtype: str = "auto"   # "auto": the model's dtype (bfloat16 for int8 models), or a dtype name
     gpu_memory_utilization: float = 0.9
     num_gpu_blocks_override: Optional[int] = None
     skip_tokenizer_init: bool = False
@@ -52,5 +53,6 @@ class EngineArgs:
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
             enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
-                                   swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override)
+                                   swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override,
+                                   cache_dtype=self.kv_cache_dtype)
         return EngineConfig(model_config, cache_config, scheduler_config, device_config)

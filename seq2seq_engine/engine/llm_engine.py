@@ -55,13 +55,14 @@ class LLMEngine:
         torch.manual_seed(self.model_config.seed)
         self.tokenizer = tokenizer
         self.input_preprocessor = InputPreprocessor(self.model_config, tokenizer)
+        self.kv_cache_dtype = torch_dtype(config.kv_cache_dtype)
         cache_config = self._sized_cache_config(config, model, gpu_memory_utilization)
         self.cache_config = cache_config
         self.scheduler_config = config.scheduler_config
         num_layers, num_kv_heads, head_size = model.kv_cache_spec()
         self.cache_engine = CacheEngine(num_layers, num_kv_heads, head_size, cache_config.block_size,
                                         cache_config.num_gpu_blocks, cache_config.num_cpu_blocks,
-                                        torch_dtype(self.model_config.dtype), self.device)
+                                        self.kv_cache_dtype, self.device)
         self.scheduler = Scheduler(config.scheduler_config, cache_config)
         self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
                                         self.model_config.max_model_len, cache_config.block_size,
@@ -96,7 +97,7 @@ class LLMEngine:
         cache_config = config.cache_config
         num_layers, num_kv_heads, head_size = model.kv_cache_spec()
         block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, cache_config.block_size,
-                                        torch_dtype(self.model_config.dtype))
+                                        self.kv_cache_dtype)
         num_gpu_blocks = cache_config.num_gpu_blocks
         if num_gpu_blocks is None and self.device.type == "cuda":
             num_gpu_blocks = profile_cuda_blocks(block_bytes, gpu_memory_utilization, self.device)

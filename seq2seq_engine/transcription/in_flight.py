@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from seq2seq_engine.config import torch_dtype
 from seq2seq_engine.worker.cache_engine import cache_block_bytes
 
 KV_BUDGET_BYTES = 256 << 20
@@ -25,8 +24,7 @@ def window_kv_bytes(engine: Any, max_new_tokens: int, beam_width: int) -> int:
     the prompt plus `max_new_tokens` in self blocks for each of `beam_width` beams."""
     block_size = engine.cache_config.block_size
     num_layers, num_kv_heads, head_size = engine.model_runner.model.kv_cache_spec()
-    block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, block_size,
-                                    torch_dtype(engine.model_config.dtype))
+    block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, block_size, engine.kv_cache_dtype)
     cross_blocks = math.ceil(engine.model_config.max_encoder_len / block_size)
     self_blocks = beam_width * math.ceil(min(engine.model_config.max_model_len, max_new_tokens + 4) / block_size)
     return (cross_blocks + self_blocks) * block_bytes

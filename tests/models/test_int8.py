@@ -188,3 +188,45 @@ def test_cli_quantization_flag(tmp_path, spm_bart_tokenizer):
     assert [r["index"] for r in records] == [0, 1] and all(r["token_ids"] for r in records)
     with pytest.raises(SystemExit):
         main(["generate", "--model", model_dir, "--input", str(tmp_path / "in.txt"), "--quantization", "int4"])
+
+
+def test_kv_cache_dtype_defaults_to_bfloat16_for_int8_and_is_validated(tmp_path):
+    from seq2seq_engine import LLM
+    model_dir, _ = build_tiny_model("bart", tmp_path)
+
+    def cache_dtype(**kwargs):
+        llm = LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01, **kwargs)
+        return llm.llm_engine.cache_engine.device_cache[0][0].dtype
+
+    assert cache_dtype(quantization="int8") == torch.bfloat16
+    assert cache_dtype(quantization="int8", kv_cache_dtype="float32") == torch.float32
+    assert cache_dtype() == torch.float32 and cache_dtype(kv_cache_dtype="bfloat16") == torch.bfloat16
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be 'auto' or one of .*got 'int8'"):
+        cache_dtype(kv_cache_dtype="int8")
+
+
+def test_a_bfloat16_cache_under_a_float32_model_follows_float32(tmp_path, monkeypatch):
+    """Chunked prefill reads the cached context back (bfloat16 widened to the query's float32); greedy tokens
+    of a float32 model with a bfloat16 cache agree with an all-float32 run on most steps."""
+    from seq2seq_engine import LLM, SamplingParams
+    from seq2seq_engine.attention.backends import torch_backend
+    gathered = []
+    real_gather = torch_backend._gather_context
+
+    def spy(kv_cache, *args):
+        gathered.append(kv_cache[0].dtype)
+        return real_gather(kv_cache, *args)
+
+    monkeypatch.setattr(torch_backend, "_gather_context", spy)
+    model_dir, _ = build_tiny_model("llama", tmp_path)
+    prompts = [{"prompt_token_ids": [(7 * k + 3 * i) % 90 + 5 for k in range(40)]} for i in range(3)]
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    tokens = {}
+    for kv_cache_dtype in ("float32", "bfloat16"):
+        llm = LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01, kv_cache_dtype=kv_cache_dtype,
+                  enable_chunked_prefill=True, max_num_batched_tokens=16)
+        tokens[kv_cache_dtype] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert torch.bfloat16 in gathered and torch.float32 in gathered
+    pairs = [(a, b) for x, y in zip(tokens["float32"], tokens["bfloat16"]) for a, b in zip(x, y)]
+    assert all(x[0] == y[0] for x, y in zip(tokens["float32"], tokens["bfloat16"]))
+    assert sum(a == b for a, b in pairs) >= 0.75 * len(pairs)

@@ -93,7 +93,8 @@ class TorchAttentionBackend:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], self_md.slot_mapping)
         prefill_key, prefill_value = key[:metadata.num_prefill_tokens], value[:metadata.num_prefill_tokens]
         if self_md.prefill_block_tables is not None:
-            prefill_key, prefill_value = _gather_context(kv_cache, self_md.prefill_block_tables, self_md.prefill_bias)
+            prefill_key, prefill_value = (t.to(query.dtype) for t in _gather_context(
+                kv_cache, self_md.prefill_block_tables, self_md.prefill_bias))
         decode = (self_md.decode_block_tables, self_md.decode_seq_lens, self_md.max_decode_seq_len)
         return self._prefill_and_decode(query, prefill_key, prefill_value, self_md.prefill_bias, kv_cache, decode,
                                         metadata, scale)

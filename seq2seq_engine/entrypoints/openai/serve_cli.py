@@ -44,9 +44,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
-    names = ("dtype", "quantization", "device", "seed", "block_size", "kv_cache_space_gb", "swap_space_gb",
-             "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs", "enable_chunked_prefill",
-             "preemption_mode")
+    names = ("dtype", "quantization", "kv_cache_dtype", "device", "seed", "block_size", "kv_cache_space_gb",
+             "swap_space_gb", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs",
+             "enable_chunked_prefill", "preemption_mode")
     return {name: getattr(args, name) for name in names}
 
 
