@@ -34,7 +34,6 @@ from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.llm_engine import LLMEngine
 from seq2seq_engine.entrypoints.openai.server import RunningServer, start_in_thread
 from seq2seq_engine.entrypoints.openai.state import ServerSettings
-from seq2seq_engine.entrypoints.openai.step_lock import StepLock
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 TOPICS = ["rivers", "bread", "volcanoes", "chess", "bicycles", "owls", "glass", "tides", "maps", "violins", "salt",
@@ -227,14 +226,13 @@ def main(argv=None) -> int:
     text_dir = resolve_model_path(args.text_model)
     settings = ServerSettings(host="127.0.0.1", port=0)
     engine_kwargs = dict(max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb, swap_space_gb=0.1)
-    step_lock = StepLock()  # the two engines take turns on the two cores, step by step
     servers = {"text": start_in_thread(LLMEngine.from_engine_args(EngineArgs(model=text_dir, **engine_kwargs)),
-                                       args.text_model, settings, step_lock=step_lock)}
+                                       args.text_model, settings)}
     clips: List[str] = []
     if args.audio_model:
         audio_engine = LLMEngine.from_engine_args(EngineArgs(model=resolve_model_path(args.audio_model),
                                                              **engine_kwargs))
-        servers["audio"] = start_in_thread(audio_engine, args.audio_model, settings, step_lock=step_lock)
+        servers["audio"] = start_in_thread(audio_engine, args.audio_model, settings)
         clips = sorted(glob.glob(os.path.join(_package_folder("pytest_audioeval"), "samples", "audio", "en", "*.wav")))
     try:
         requests = make_requests(args, clips)

@@ -11,7 +11,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
-from seq2seq_engine.entrypoints.openai.step_lock import StepLock
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +47,10 @@ _STOP = object()
 class EngineLoop:
     """Runs `engine.step()` while any request or transcription job is unfinished, and sleeps on its inbox otherwise.
     Only this thread calls the engine's add_request / step / abort_request; every other thread uses the methods
-    below, which only post to the inbox. Loops of several engines in one process may share a `step_lock` (StepLock):
-    each step then runs alone on the cores, with all their threads, instead of two steps oversubscribing them."""
+    below, which only post to the inbox."""
 
-    def __init__(self, engine: Any, metrics: ServerMetrics, step_lock: Optional[StepLock] = None) -> None:
-        self.engine, self.metrics, self._step_lock = engine, metrics, step_lock
+    def __init__(self, engine: Any, metrics: ServerMetrics) -> None:
+        self.engine, self.metrics = engine, metrics
         self._inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._sinks: Dict[str, Sink] = {}
         self._jobs: Dict[str, Tuple[Any, Sink]] = {}
@@ -155,11 +153,7 @@ class EngineLoop:
 
     def _step(self) -> None:
         try:
-            if self._step_lock is None:
-                outputs = self.engine.step()
-            else:
-                with self._step_lock:
-                    outputs = self.engine.step()
+            outputs = self.engine.step()
         except Exception as error:  # a bug, not a client error: fail what was running, keep serving
             logger.exception("engine step failed; aborting the requests in flight")
             self._fail_all(f"the engine failed: {type(error).__name__}: {error}")

@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import uvicorn
 
@@ -17,15 +17,13 @@ from seq2seq_engine.entrypoints.openai.app import build_app
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
 from seq2seq_engine.entrypoints.openai.state import ServerSettings, ServerState
-from seq2seq_engine.entrypoints.openai.step_lock import StepLock
 
 logger = logging.getLogger(__name__)
 
 
-def make_state(engine: Any, model_name: str, settings: ServerSettings,
-               step_lock: Optional[StepLock] = None) -> ServerState:
+def make_state(engine: Any, model_name: str, settings: ServerSettings) -> ServerState:
     metrics = ServerMetrics(model_name)
-    return ServerState(EngineLoop(engine, metrics, step_lock), metrics, model_name, settings)
+    return ServerState(EngineLoop(engine, metrics), metrics, model_name, settings)
 
 
 class _Server(uvicorn.Server):
@@ -84,16 +82,14 @@ class RunningServer:
         self.state.loop.stop(timeout)
 
 
-def start_in_thread(engine: Any, model_name: str, settings: ServerSettings, timeout: float = 60,
-                    step_lock: Optional[StepLock] = None) -> RunningServer:
-    """Bind (port 0: a free port), start the engine loop and uvicorn on a thread, and wait until it accepts.
-    Servers started in one process should share a `step_lock` (EngineLoop) when their engines share the cores."""
+def start_in_thread(engine: Any, model_name: str, settings: ServerSettings, timeout: float = 60) -> RunningServer:
+    """Bind (port 0: a free port), start the engine loop and uvicorn on a thread, and wait until it accepts."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     port = sock.getsockname()[1]
     settings = dataclasses.replace(settings, port=port)
-    state = make_state(engine, model_name, settings, step_lock)
+    state = make_state(engine, model_name, settings)
     server = _uvicorn_server(state)
     state.loop.start()
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), name="uvicorn",
