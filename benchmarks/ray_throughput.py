@@ -7,7 +7,8 @@
 
 Workloads: `transcribe` = whisper-tiny.en over `--files` copies of pytest-audioeval's English clips (1-3 s each);
 `generate` = smollm2-135m, greedy, `--prompts` chat prompts of `--max-tokens` new tokens. Every wall time is end to
-end and includes loading the model: the single process in a spawned child (torch on `--threads` threads), the Ray
+end and includes importing torch and the engine and loading the model: the single process in a spawned child (torch
+on `--threads` threads), the Ray
 runs from the first row handed to Ray Data to the last row back (actors started, models loaded, batches run), with
 `--threads` CPUs split between the replicas. Ray's own start (`ray.init`) is printed apart. The table gives each
 run's inputs/s and its wall time relative to the single process: at 1 replica, the overhead of the Ray path.
@@ -66,14 +67,15 @@ def job_inputs(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def single_process(workload: str, model: str, rows: List[dict], threads: int, max_tokens: int) -> EngineRun:
-    """The plain run in this (child) process: load, then every input in one call; wall includes the load."""
+    """The plain run in this (child) process: import, load, then every input in one call; the wall includes importing
+    torch and the engine and loading the model, as a replica's does."""
+    start = time.perf_counter()
     import torch
 
     from seq2seq_engine.entrypoints.llm import LLM
     from seq2seq_engine.transcription.options import TranscriptionOptions
 
     torch.set_num_threads(threads)
-    start = time.perf_counter()
     llm = LLM(model, **ENGINE)
     loaded = time.perf_counter()
     if workload == "transcribe":
@@ -114,7 +116,8 @@ def main(argv=None) -> int:
     rows, count = inputs["rows"], len(inputs["rows"])
     print(f"workload {args.workload}: {count} inputs, model {inputs['model']}", flush=True)
     single = run_isolated(single_process, args.workload, inputs["model"], rows, args.threads, args.max_tokens)
-    print(f"  single: {single.wall:.2f} s (load {single.walls[0]:.2f} s, run {single.walls[1]:.2f} s)", flush=True)
+    print(f"  single: {single.wall:.2f} s (imports and load {single.walls[0]:.2f} s, run {single.walls[1]:.2f} s)",
+          flush=True)
 
     import ray
     start = time.perf_counter()
