@@ -1,0 +1,164 @@
+"""CTranslate2 text models (TransformerSpec) → HF directories (seq2seq_engine.model_loader.ct2.text).
+
+Random HF models of each family are converted by CTranslate2's own converter; the directory we convert back must
+generate, in HF transformers and in this engine, the same greedy tokens as `ctranslate2.Translator` on the CT2
+files and as HF on the original model."""
+import json
+import os
+import random
+
+import pytest
+import torch
+import transformers
+from ct2_text_utils import FAMILIES, VOCAB, convert_with_ctranslate2, tiny_hf_dir, tokens_of
+from ct2_whisper_utils import write_model_bin
+from safetensors.torch import load_file
+
+from seq2seq_engine.model_loader.ct2.model_bin import read_ct2_model
+from seq2seq_engine.model_loader.ct2.text import ct2_text_to_hf, main
+from seq2seq_engine.model_loader.resolver import resolve_model_path
+from seq2seq_engine.models.registry import MODEL_REGISTRY
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+NEW_TOKENS = 8
+# Marian as trained (tied); BART and T5 untied, as the benchmarks' random models and Flan-T5/mT5 are
+TIED = {"marian": True, "bart": False, "t5": False}
+ARCHITECTURES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration",
+                 "marian": "MarianMTModel", "m2m100": "M2M100ForConditionalGeneration",
+                 "pegasus": "PegasusForConditionalGeneration", "t5": "T5ForConditionalGeneration",
+                 "umt5": "UMT5ForConditionalGeneration"}
+ENGINE_FAMILIES = [family for family in FAMILIES if ARCHITECTURES[family] in MODEL_REGISTRY]
+
+
+def build(family, root):
+    """(family, HF dir, CT2 dir made by CTranslate2's converter, our conversion of it)."""
+    hf_dir = tiny_hf_dir(family, root / "hf", tie=TIED.get(family, True))
+    ct2_dir = convert_with_ctranslate2(family, hf_dir, root / "ct2")
+    return family, hf_dir, ct2_dir, ct2_text_to_hf(ct2_dir, str(root / "converted"))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def dirs(request, tmp_path_factory):
+    return build(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def sources(family):
+    eos = tokens_of(family).index("</s>")
+    rng = random.Random(1)
+    return [[rng.randrange(4, VOCAB - 2) for _ in range(rng.randint(2, 14))] + [eos] for _ in range(4)]
+
+
+def ctranslate2_tokens(family, ct2_dir, start):
+    tokens = tokens_of(family)
+    translator = ctranslate2.Translator(ct2_dir)
+    prefix = [[tokens[start]]] * 4 if family == "mbart" else None  # its decoder start is a prompt, as for mBART-25
+    skip = 1 if prefix else 0  # the prefix counts in CTranslate2's lengths
+    results = translator.translate_batch([[tokens[i] for i in s] for s in sources(family)], beam_size=1,
+                                         min_decoding_length=NEW_TOKENS + skip,
+                                         max_decoding_length=NEW_TOKENS + skip, target_prefix=prefix)
+    return [[tokens.index(t) for t in r.hypotheses[0][skip:]] for r in results]
+
+
+def hf_tokens(family, model_dir):
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
+    outputs = []
+    for source in sources(family):
+        generated = model.generate(torch.tensor([source]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                   do_sample=False, num_beams=1, forced_eos_token_id=None, forced_bos_token_id=None)
+        outputs.append(generated[0, 1:].tolist())
+    return outputs
+
+
+def test_converted_directory_generates_the_tokens_of_ctranslate2_and_of_the_original(dirs):
+    family, hf_dir, ct2_dir, converted = dirs
+    with open(os.path.join(converted, "config.json")) as f:
+        config = json.load(f)
+    assert config["architectures"] == [ARCHITECTURES[family]]
+    start = config["decoder_start_token_id"]
+    expected = ctranslate2_tokens(family, ct2_dir, start)
+    assert len({tuple(e) for e in expected}) > 1 or family in ("marian", "pegasus")  # inputs matter (mostly)
+    assert hf_tokens(family, converted) == expected
+    assert hf_tokens(family, hf_dir) == expected
+
+
+@pytest.mark.parametrize("family", ENGINE_FAMILIES)
+def test_engine_loads_the_ct2_directory_and_generates_ctranslate2s_tokens(family, tmp_path, monkeypatch):
+    from seq2seq_engine import LLM, SamplingParams
+    from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt, TokensPrompt
+
+    _, _, ct2_dir, _ = build(family, tmp_path)
+    monkeypatch.setenv("SEQ2SEQ_ENGINE_CACHE", str(tmp_path / "cache"))
+    llm = LLM(ct2_dir, dtype="float32", num_gpu_blocks_override=64, swap_space_gb=0.01)
+    start = transformers.AutoConfig.from_pretrained(resolve_model_path(ct2_dir)).decoder_start_token_id
+    prompts = [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=s),
+                                            decoder_prompt=TokensPrompt(prompt_token_ids=[start]))
+               for s in sources(family)]
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    assert [list(o.outputs[0].token_ids) for o in outputs] == ctranslate2_tokens(family, ct2_dir, start)
+    assert outputs[0].outputs[0].text.strip()  # the vocabulary tokenizer decodes the pieces
+
+
+def test_vocabulary_tokenizer_takes_the_pieces_ctranslate2_takes(dirs):
+    family, _, _, converted = dirs
+    with open(os.path.join(converted, "ct2_source.json")) as f:
+        assert json.load(f)["tokenizer"] == "vocabulary"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(converted)
+    tokens = tokens_of(family)
+    ids = tokenizer("▁w5 ▁w17 </s>")["input_ids"]
+    assert ids == [5, 17, tokens.index("</s>")]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "w5 w17"
+    assert tokenizer.eos_token == "</s>" and tokenizer.pad_token == "<pad>"
+
+
+def test_resolver_converts_a_ct2_text_directory_once(dirs, tmp_path):
+    family, _, ct2_dir, _ = dirs
+    resolved = resolve_model_path(ct2_dir, cache_dir=str(tmp_path))
+    assert resolved.startswith(str(tmp_path))
+    assert resolve_model_path(ct2_dir, cache_dir=str(tmp_path)) == resolved
+    with open(os.path.join(resolved, "ct2_source.json")) as f:
+        assert json.load(f)["family"] == family
+
+
+def test_int8_directory_is_dequantized(tmp_path):
+    hf_dir = tiny_hf_dir("bart", tmp_path / "hf", tie=False)
+    float_dir = ct2_text_to_hf(convert_with_ctranslate2("bart", hf_dir, tmp_path / "f32"), str(tmp_path / "a"))
+    int8_ct2 = convert_with_ctranslate2("bart", hf_dir, tmp_path / "i8", quantization="int8")
+    assert read_ct2_model(int8_ct2)[2]["encoder/layer_0/ffn/linear_0/weight"].dtype == torch.int8
+    exact, dequantized = (load_file(os.path.join(d, "model.safetensors"))
+                          for d in (float_dir, ct2_text_to_hf(int8_ct2, str(tmp_path / "b"))))
+    assert set(exact) == set(dequantized)
+    weight = "model.encoder.layers.0.fc1.weight"
+    step = exact[weight].abs().amax(dim=1, keepdim=True) / 127
+    error = (exact[weight] - dequantized[weight]).abs()
+    assert bool((error <= step / 2 + 1e-6).all()) and bool((error > 0).any())
+
+
+def test_unsupported_specs_and_features_are_named(tmp_path):
+    _, _, ct2_dir, _ = build("bart", tmp_path / "bart")
+    _, _, variables, aliases = read_ct2_model(ct2_dir)
+    for name in ("config.json", "shared_vocabulary.json"):
+        with open(os.path.join(ct2_dir, name)) as src, open(tmp_path / name, "w") as dst:
+            dst.write(src.read())
+    write_model_bin(tmp_path / "model.bin", variables, aliases, spec="TransformerDecoderSpec", revision=8)
+    with pytest.raises(ValueError, match=r"'TransformerDecoderSpec'.*TransformerSpec, WhisperSpec"):
+        resolve_model_path(str(tmp_path), cache_dir=str(tmp_path / "cache"))
+    variables["encoder/pre_norm"] = torch.tensor(1, dtype=torch.int8)
+    write_model_bin(tmp_path / "model.bin", variables, aliases, spec="TransformerSpec", revision=7)
+    with pytest.raises(ValueError, match="pre_norm=True.*matches no supported family"):
+        ct2_text_to_hf(str(tmp_path), str(tmp_path / "out"))
+    os.remove(tmp_path / "shared_vocabulary.json")
+    variables["encoder/pre_norm"] = torch.tensor(0, dtype=torch.int8)
+    write_model_bin(tmp_path / "model.bin", variables, aliases, spec="TransformerSpec", revision=7)
+    with pytest.raises(ValueError, match="shared_vocabulary"):
+        ct2_text_to_hf(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_cli_writes_the_requested_dtype(tmp_path, capsys):
+    _, _, ct2_dir, _ = build("t5", tmp_path / "t5")
+    capsys.readouterr()
+    assert main([ct2_dir, str(tmp_path / "out"), "--dtype", "bfloat16"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "out")
+    assert load_file(str(tmp_path / "out" / "model.safetensors"))["shared.weight"].dtype == torch.bfloat16
+    assert main([str(tmp_path / "nowhere"), str(tmp_path / "out2")]) == 1
