@@ -6,11 +6,12 @@ files and as HF on the original model."""
 import json
 import os
 import random
+import shutil
 
 import pytest
 import torch
 import transformers
-from ct2_text_utils import FAMILIES, VOCAB, convert_with_ctranslate2, tiny_hf_dir, tokens_of
+from ct2_text_utils import FAMILIES, VOCAB, convert_with_ctranslate2, tiny_hf_dir, tokens_of, write_tokenizer
 from ct2_whisper_utils import write_model_bin
 from safetensors.torch import load_file
 
@@ -162,3 +163,25 @@ def test_cli_writes_the_requested_dtype(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "out")
     assert load_file(str(tmp_path / "out" / "model.safetensors"))["shared.weight"].dtype == torch.bfloat16
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "out2")]) == 1
+
+
+def test_hf_tokenizer_files_in_the_ct2_directory_are_used_when_they_agree(tmp_path):
+    _, hf_dir, ct2_dir, _ = build("m2m100", tmp_path / "m2m100")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(hf_dir, name), os.path.join(ct2_dir, name))
+    converted = ct2_text_to_hf(ct2_dir, str(tmp_path / "copied"))
+    with open(os.path.join(converted, "ct2_source.json")) as f:
+        assert json.load(f)["tokenizer"] == "copied"
+    with open(os.path.join(converted, "tokenizer.json")) as f, open(os.path.join(hf_dir, "tokenizer.json")) as g:
+        assert json.load(f) == json.load(g)
+    # a tokenizer whose ids disagree with the vocabulary is replaced by the vocabulary's
+    write_tokenizer("bart", ct2_dir)  # <s> <pad> </s> <unk> at 0-3, as m2m100's, but pieces renamed below
+    with open(os.path.join(ct2_dir, "tokenizer.json")) as f:
+        data = json.load(f)
+    data["model"]["vocab"] = {("▁x" + token if i >= 4 else token): i for token, i in data["model"]["vocab"].items()}
+    with open(os.path.join(ct2_dir, "tokenizer.json"), "w") as f:
+        json.dump(data, f)
+    converted = ct2_text_to_hf(ct2_dir, str(tmp_path / "mismatch"))
+    with open(os.path.join(converted, "ct2_source.json")) as f:
+        assert json.load(f)["tokenizer"] == "vocabulary"
+    assert transformers.AutoTokenizer.from_pretrained(converted)("▁w5")["input_ids"] == [5]
