@@ -17,6 +17,9 @@ MODEL_REGISTRY: Mapping[str, str] = MappingProxyType({
     "MarianMTModel": "marian:MarianMTModel",
     "M2M100ForConditionalGeneration": "m2m100:M2M100ForConditionalGeneration",
     "PegasusForConditionalGeneration": "pegasus:PegasusForConditionalGeneration",
+    "T5ForConditionalGeneration": "t5:T5ForConditionalGeneration",
+    "MT5ForConditionalGeneration": "t5:MT5ForConditionalGeneration",
+    "UMT5ForConditionalGeneration": "t5:UMT5ForConditionalGeneration",
 })
 
 _PACKAGE = __name__.rpartition(".")[0]  # "seq2seq_engine.models"

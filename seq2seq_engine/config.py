@@ -183,6 +183,10 @@ class EngineConfig:
                 raise ValueError(reason)
 
 
+# Length limit (both sides) of models with relative positions and no position table (T5): their pretraining length.
+RELATIVE_POSITION_MAX_LEN = 512
+
+
 def _first_token_id(value) -> Optional[int]:
     """Configs may give a token id as an int or a list (several EOS ids); the engine keeps the first."""
     if isinstance(value, (list, tuple)):
@@ -194,9 +198,11 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
                          skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None,
                          max_logprobs: int = 20, quantization: Optional[str] = None) -> ModelConfig:
     """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
-    Whisper: max_source_positions / max_target_positions)."""
+    Whisper: max_source_positions / max_target_positions; T5: relative positions, RELATIVE_POSITION_MAX_LEN)."""
     is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
     max_positions = getattr(hf_config, "max_position_embeddings", None)
+    if max_positions is None and hasattr(hf_config, "relative_attention_num_buckets"):
+        max_positions = getattr(hf_config, "n_positions", None) or RELATIVE_POSITION_MAX_LEN
     max_target = getattr(hf_config, "max_target_positions", None) or max_positions
     if max_target is None:
         raise ValueError(f"cannot tell the maximum sequence length of {type(hf_config).__name__}")

@@ -23,6 +23,7 @@ from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
+from seq2seq_engine.entrypoints.task_prefix import add_prefix_argument, with_prefix
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.outputs import RequestOutput
 
@@ -74,6 +75,7 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
     group.add_argument("--top-p", type=float, default=None)
     group.add_argument("--top-k", type=int, default=None)
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    add_prefix_argument(group)
     if translate:
         group.add_argument("--src-lang", default=None, help="source language code of the tokenizer (mBART)")
         group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART)")
@@ -164,7 +166,7 @@ def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dic
 def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
     """Write one JSON line per input (here, or with --ray on the cluster); returns (results written, refused)."""
     check_ray_arguments(args)
-    prompts = read_prompts(args.input)
+    prompts = with_prefix(read_prompts(args.input), args)
     if args.ray is not None:
         records = generate_records_on_ray(args, prompts, engine_kwargs(args), overrides_from_args(args))
     else:
