@@ -53,9 +53,12 @@ def tiny_config(family, tie=True):
     return config_class(vocab_size=VOCAB, tie_word_embeddings=tie, **fields, **_ids(family))
 
 
-def _randomize(model, family):
+def _randomize(model, family, tie):
     """Every parameter random (biases and norms too, so a misplaced tensor changes the outputs); Marian's pad row
-    zero and its logit very negative, as in trained Marian models."""
+    zero and its logit very negative, as in trained Marian models; an untied T5 head of its own (transformers 5
+    builds T5 heads tied whatever the config says; a checkpoint head that differs stays untied, as Flan-T5's)."""
+    if family in ("t5", "umt5") and not tie:
+        model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "embed_positions" in name and family not in ("bart", "mbart"):
@@ -87,7 +90,7 @@ def tiny_hf_dir(family, out_dir, tie=True, seed=0):
     """A random HF model of `family` saved with save_pretrained, plus its word-level tokenizer."""
     torch.manual_seed(seed)
     model = getattr(transformers, _FAMILIES[family][1])(tiny_config(family, tie)).eval()
-    _randomize(model, family)
+    _randomize(model, family, tie)
     model.save_pretrained(out_dir)
     write_tokenizer(family, out_dir)
     return str(out_dir)

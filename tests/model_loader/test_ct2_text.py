@@ -29,7 +29,6 @@ ARCHITECTURES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForCondi
                  "marian": "MarianMTModel", "m2m100": "M2M100ForConditionalGeneration",
                  "pegasus": "PegasusForConditionalGeneration", "t5": "T5ForConditionalGeneration",
                  "umt5": "UMT5ForConditionalGeneration"}
-ENGINE_FAMILIES = [family for family in FAMILIES if ARCHITECTURES[family] in MODEL_REGISTRY]
 
 
 def build(family, root):
@@ -83,12 +82,12 @@ def test_converted_directory_generates_the_tokens_of_ctranslate2_and_of_the_orig
     assert hf_tokens(family, hf_dir) == expected
 
 
-@pytest.mark.parametrize("family", ENGINE_FAMILIES)
-def test_engine_loads_the_ct2_directory_and_generates_ctranslate2s_tokens(family, tmp_path, monkeypatch):
+def test_engine_loads_the_ct2_directory_and_generates_ctranslate2s_tokens(dirs, tmp_path, monkeypatch):
     from seq2seq_engine import LLM, SamplingParams
     from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt, TokensPrompt
 
-    _, _, ct2_dir, _ = build(family, tmp_path)
+    family, _, ct2_dir, _ = dirs
+    assert ARCHITECTURES[family] in MODEL_REGISTRY
     monkeypatch.setenv("SEQ2SEQ_ENGINE_CACHE", str(tmp_path / "cache"))
     llm = LLM(ct2_dir, dtype="float32", num_gpu_blocks_override=64, swap_space_gb=0.01)
     start = transformers.AutoConfig.from_pretrained(resolve_model_path(ct2_dir)).decoder_start_token_id
@@ -185,3 +184,23 @@ def test_hf_tokenizer_files_in_the_ct2_directory_are_used_when_they_agree(tmp_pa
     with open(os.path.join(converted, "ct2_source.json")) as f:
         assert json.load(f)["tokenizer"] == "vocabulary"
     assert transformers.AutoTokenizer.from_pretrained(converted)("▁w5")["input_ids"] == [5]
+
+
+def test_converted_directory_scores_tokens_as_ctranslate2_does(dirs):
+    """Token log-probabilities of a forced target, HF on our conversion vs `Translator.score_batch`: catches what
+    greedy tokens cannot (output scales, logit biases). mBART's CTranslate2 decoder start is null: the start token
+    leads its target (the decoder input, not a scored token)."""
+    family, _, ct2_dir, converted = dirs
+    tokens = tokens_of(family)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(converted).eval()
+    start, eos = model.config.decoder_start_token_id, model.config.eos_token_id
+    translator = ctranslate2.Translator(ct2_dir)
+    rng = random.Random(2)
+    for source in sources(family):
+        target = [rng.randrange(4, VOCAB - 2) for _ in range(5)]
+        lead = [start] if family == "mbart" else []
+        (result,) = translator.score_batch([[tokens[i] for i in source]], [[tokens[i] for i in lead + target]])
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([[start] + target])).logits
+        expected = torch.log_softmax(logits[0].float(), dim=-1)[torch.arange(len(target) + 1), target + [eos]]
+        assert torch.allclose(torch.tensor(result.log_probs), expected, atol=2e-4), (family, result.log_probs)

@@ -1,8 +1,11 @@
 """CTranslate2 TransformerSpec variables of T5 / mT5 / UMT5 → HF transformers tensors and config fields.
 
 The inverse of CTranslate2's T5 loader: fused q,k,v and cross k,v are split; RMS norms have only `gamma`; the
-relative attention bias lives in layer 0 (T5, mT5: later layers alias it) or in every layer (UMT5); a tied LM head
-is recognised by `decoder/scale_outputs` (d_model^-0.5, which HF applies when the head is tied).
+relative attention bias lives in layer 0 (T5, mT5: later layers alias it) or in every layer (UMT5). The head is
+tied when the projection equals the embeddings; `decoder/scale_outputs` (d_model^-0.5) becomes HF's
+`scale_decoder_outputs`, independently: CTranslate2 4.8.5's converter sets it whenever the transformers config says
+`tie_word_embeddings`, which transformers 5 always does, so a Flan-T5 converted there carries an untied head and
+the scale (greedy tokens are unaffected by it; probabilities are).
 """
 from __future__ import annotations
 
@@ -67,10 +70,8 @@ def t5_state_dict(spec: TextSpec) -> Tuple[Dict[str, torch.Tensor], bool]:
         raise ValueError("the T5 encoder and decoder embeddings differ; HF T5 shares them")
     glu = "encoder/layer_0/ffn/linear_0_noact/weight" in spec.variables
     state = {"shared.weight": embeddings}
-    tied = "decoder/scale_outputs" in spec.variables
     projection = spec.tensor("decoder/projection/weight")
-    if tied and not torch.equal(projection, embeddings):
-        raise ValueError("decoder/scale_outputs marks a tied LM head, but the projection differs from the embeddings")
+    tied = torch.equal(projection, embeddings)
     if not tied:
         state["lm_head.weight"] = projection
     for side in ("encoder", "decoder"):
@@ -85,6 +86,17 @@ def _feed_forward_proj(activation: str, glu: bool) -> str:
     if glu:
         return "gated-gelu" if activation == "gelu_new" else f"gated-{activation}"
     return activation
+
+
+def _output_scale(spec: TextSpec, d_model: int) -> bool:
+    """Whether the decoder output is scaled by d_model^-0.5 before the head (HF's scale_decoder_outputs)."""
+    if "decoder/scale_outputs" not in spec.variables:
+        return False
+    scale = float(spec.scalar("decoder/scale_outputs"))
+    if abs(scale - d_model ** -0.5) > 1e-6:
+        raise ValueError(f"decoder/scale_outputs = {scale}; HF T5 scales by d_model^-0.5 = {d_model ** -0.5:.6f} or "
+                         f"not at all")
+    return True
 
 
 def t5_config(spec: TextSpec, tied: bool) -> Dict[str, object]:
@@ -108,4 +120,5 @@ def t5_config(spec: TextSpec, tied: bool) -> Dict[str, object]:
         relative_attention_max_distance=int(spec.scalar("encoder/layer_0/self_attention/"
                                                         "relative_attention_max_distance", 128)),
         feed_forward_proj=_feed_forward_proj(activation, glu), tie_word_embeddings=tied,
+        scale_decoder_outputs=_output_scale(spec, embeddings.shape[1]),
         is_encoder_decoder=True, dropout_rate=0.0)
