@@ -66,6 +66,8 @@ def random_model(kind: str, seed: int, init_std: float, tie: bool, out_dir: str)
     model = model_class(config)
     if kind == "marian":
         _marian_pad_row(model)
+    if kind == "t5" and not tie:  # transformers 5 ties T5 heads whatever the config says; Flan-T5's has its own
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight) * init_std / 0.02)
     model_dir = os.path.join(out_dir, kind)
     model.eval().save_pretrained(model_dir)
     return model_dir
