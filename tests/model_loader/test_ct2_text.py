@@ -96,8 +96,16 @@ def test_engine_loads_the_ct2_directory_and_generates_ctranslate2s_tokens(dirs, 
                for s in sources(family)]
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS)
     outputs = llm.generate(prompts, params, use_tqdm=False)
-    assert [list(o.outputs[0].token_ids) for o in outputs] == ctranslate2_tokens(family, ct2_dir, start)
-    assert outputs[0].outputs[0].text.strip()  # the vocabulary tokenizer decodes the pieces
+    expected = ctranslate2_tokens(family, ct2_dir, start)
+    assert [list(o.outputs[0].token_ids) for o in outputs] == expected
+    # a text prompt is the pieces CTranslate2 takes, separated by spaces; the output is decoded from the pieces
+    tokens = tokens_of(family)
+    text = ExplicitEncoderDecoderPrompt(encoder_prompt=" ".join(tokens[i] for i in sources(family)[0]),
+                                        decoder_prompt=TokensPrompt(prompt_token_ids=[start]))
+    (output,) = llm.generate([text], params, use_tqdm=False)
+    assert output.encoder_prompt_token_ids == sources(family)[0] and list(output.outputs[0].token_ids) == expected[0]
+    pieces = [tokens[i] for i in expected[0] if tokens[i] not in ("<s>", "</s>", "<pad>", "<unk>")]
+    assert output.outputs[0].text.split() == [piece.lstrip("▁") for piece in pieces]
 
 
 def test_vocabulary_tokenizer_takes_the_pieces_ctranslate2_takes(dirs):
