@@ -140,3 +140,25 @@ def test_best_beam_matches_hf(family, tmp_path):
             ended_by_eos += len(tokens) < NUM_TOKENS
     print(f"\n{family}: {ended_by_eos} of 8 best beams ended by EOS")
     assert ended_by_eos > 0, "no best beam ended with EOS: the finished-hypothesis rules went untested"
+
+
+@pytest.mark.parametrize("family", ["marian", "m2m100", "pegasus"])
+def test_the_last_table_position_is_used_and_longer_prompts_are_refused(family, tmp_path):
+    """max_position_embeddings (64) sizes the tables: a 64-token encoder prompt and a decoder reaching position 63
+    match HF; one token more on either side is refused before it reaches the model."""
+    model_dir, hf = save_model(family, str(tmp_path / family))
+    limit = hf.config.max_position_embeddings
+    encoder = torch.randint(4, hf.config.vocab_size - 1, (limit,), generator=torch.Generator().manual_seed(9)).tolist()
+    start = hf.config.decoder_start_token_id
+    llm = LLM(model_dir, skip_tokenizer_init=True, dtype="float32", block_size=4, kv_cache_space_gb=0.05)
+    params = SamplingParams(temperature=0.0, max_tokens=limit - 1, ignore_eos=True, logprobs=0)
+    output = llm.generate(TokensPrompt(prompt_token_ids=encoder), params, use_tqdm=False)[0].outputs[0]
+    ref_tokens, ref_logprobs = hf_greedy(hf, torch.tensor(encoder), [start], limit - 1)
+    assert output.token_ids == ref_tokens
+    torch.testing.assert_close(torch.tensor([lp[t] for lp, t in zip(output.logprobs, output.token_ids)]),
+                               torch.tensor(ref_logprobs), rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match=f"encoder_prompt has {limit + 1} tokens, longer than max_source_positions "
+                                         f"\\({limit}\\)"):
+        llm.generate(TokensPrompt(prompt_token_ids=encoder + [5]), params, use_tqdm=False)
+    with pytest.raises(ValueError, match=f"decoder prompt length \\(1\\) \\+ max_tokens \\({limit}\\)"):
+        llm.generate(TokensPrompt(prompt_token_ids=encoder), SamplingParams(max_tokens=limit), use_tqdm=False)
