@@ -15,6 +15,9 @@ from typing import Any, Iterable, Iterator, List, Optional
 
 _MAX_LISTED = 8
 _SRC, _TGT = "src_lang (--src-lang)", "tgt_lang (--tgt-lang)"
+# Families whose tokenizer's extra special tokens are exactly its language codes: a code must be one of them (an
+# NLLB "fr" may well be an ordinary vocabulary piece). Other tokenizers accept any token of the vocabulary.
+_CODES_ARE_SPECIAL_TOKENS = frozenset({"mbart", "m2m_100"})
 
 
 def _language_codes(tokenizer: Any) -> List[str]:
@@ -44,7 +47,7 @@ def _token_id(tokenizer: Any, token: str) -> Optional[int]:
     return None if token_id is None or token_id == tokenizer.unk_token_id else token_id
 
 
-def _code_token_id(tokenizer: Any, field: str, code: str) -> int:
+def _code_token_id(tokenizer: Any, field: str, code: str, family: str) -> int:
     """The id of a language code's token (M2M100 maps ``fr`` to ``__fr__``), else a ValueError naming `field`."""
     codes = _language_codes(tokenizer)
     if getattr(tokenizer, "lang_code_to_id", None) and hasattr(tokenizer, "get_lang_id"):
@@ -52,7 +55,7 @@ def _code_token_id(tokenizer: Any, field: str, code: str) -> int:
             raise _unknown(field, code, codes, "")
         return tokenizer.get_lang_id(code)
     token_id = _token_id(tokenizer, code)
-    if token_id is None or (codes and code not in codes):
+    if token_id is None or (family in _CODES_ARE_SPECIAL_TOKENS and codes and code not in codes):
         raise _unknown(field, code, codes, "the tokenizer lists no language codes")
     return token_id
 
@@ -92,10 +95,13 @@ class TranslationLanguages:
 
 
 def _family(model_type: Optional[str], tokenizer: Any) -> str:
+    """The HF model type, else the one the tokenizer class names ("" when it names none of these)."""
     if model_type:
         return model_type
     name = type(tokenizer).__name__
-    return "marian" if name.startswith("Marian") else "pegasus" if name.startswith("Pegasus") else ""
+    prefixes = (("Marian", "marian"), ("Pegasus", "pegasus"), ("MBart", "mbart"), ("M2M100", "m2m_100"),
+                ("Nllb", "m2m_100"))
+    return next((family for prefix, family in prefixes if name.startswith(prefix)), "")
 
 
 def _marian_languages(tokenizer: Any, src_lang: Optional[str], tgt_lang: Optional[str]) -> TranslationLanguages:
@@ -129,8 +135,8 @@ def translation_languages(tokenizer: Any, src_lang: Optional[str] = None, tgt_la
     if src_lang is not None:
         if not hasattr(tokenizer, "src_lang"):
             raise ValueError(f"{_SRC}: the tokenizer {type(tokenizer).__name__} has no source language")
-        _code_token_id(tokenizer, _SRC, src_lang)
+        _code_token_id(tokenizer, _SRC, src_lang, family)
         tokenizer.src_lang = src_lang
     if tgt_lang is None:
         return TranslationLanguages()
-    return TranslationLanguages(decoder_prompt_ids=[_code_token_id(tokenizer, _TGT, tgt_lang)])
+    return TranslationLanguages(decoder_prompt_ids=[_code_token_id(tokenizer, _TGT, tgt_lang, family)])

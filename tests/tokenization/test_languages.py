@@ -25,6 +25,8 @@ def test_nllb_codes_are_tokens(nllb):
     with pytest.raises(ValueError, match=r"src_lang \(--src-lang\) 'fr' is not a language code of this tokenizer; "
                                          r"valid codes include: ace_Arab, ace_Latn"):
         translation_languages(nllb, "fr", None, "m2m_100")
+    with pytest.raises(ValueError, match=r"src_lang \(--src-lang\) 'en_XX' is not a language code"):
+        translation_languages(nllb, "en_XX", None)        # the family from the tokenizer class: NLLB
 
 
 def test_mbart_codes_are_tokens(mbart):
@@ -86,6 +88,14 @@ def test_pegasus_and_missing_tokenizer_are_refused(mbart):
     with pytest.raises(ValueError, match="need a tokenizer"):
         translation_languages(None, None, "de_DE", "m2m_100")
     assert translation_languages(None).prompt("x") == "x"        # no languages: prompts unchanged
+
+
+def test_other_tokenizers_take_any_vocabulary_token(spm_tokenizer):
+    """A tokenizer of no multilingual family (BART-style): the target is any token of its vocabulary."""
+    languages = translation_languages(spm_tokenizer, None, "<s>", "bart")
+    assert languages.decoder_prompt_ids == [spm_tokenizer.convert_tokens_to_ids("<s>")] == [0]
+    with pytest.raises(ValueError, match=r"'zz_ZZ' is not a language code .*the tokenizer lists no language codes"):
+        translation_languages(spm_tokenizer, None, "zz_ZZ", "bart")
 
 
 def test_without_target_prompts_are_unchanged(mbart):
