@@ -11,6 +11,9 @@ _QUANTIZATION_METHODS = (None, "int8")  # int8: Linear layers on int8 weights an
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
 _DEFAULT_MAX_BEAM_WIDTH = 16
+# HF model types whose generation starts from decoder_start_token_id alone (BART and mBART add bos after it: HF
+# forces it with forced_bos_token_id); M2M100/NLLB put the target language there instead.
+_START_ONLY_DECODER_PROMPT = frozenset({"marian", "m2m_100", "pegasus"})
 
 
 def env_switch(name: str) -> bool:
@@ -48,6 +51,8 @@ class ModelConfig:
     bos_token_id: Optional[int] = None
     eos_token_id: Optional[int] = None
     pad_token_id: Optional[int] = None
+    # the default decoder prompt is [decoder_start, bos] (BART) or, when False, [decoder_start] (Marian, M2M100)
+    default_decoder_prompt_has_bos: bool = True
     dtype: str = "float32"
     quantization: Optional[str] = None
     seed: int = 0
@@ -218,5 +223,6 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         bos_token_id=_first_token_id(getattr(hf_config, "bos_token_id", None)),
         eos_token_id=_first_token_id(getattr(hf_config, "eos_token_id", None)),
         pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
+        default_decoder_prompt_has_bos=getattr(hf_config, "model_type", None) not in _START_ONLY_DECODER_PROMPT,
         dtype=dtype, quantization=quantization, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
         max_logprobs=max_logprobs, hf_config=hf_config)

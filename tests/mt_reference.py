@@ -50,29 +50,41 @@ VARIANTS: Dict[str, Tuple[str, dict]] = {
 }
 
 
-def build_hf(variant: str, vocab_size: int = 150, seed: int = 0) -> transformers.PreTrainedModel:
-    """A random model of `variant` (eval mode) with a non-zero final_logits_bias where it has one."""
+def build_hf(variant: str, vocab_size: int = 150, seed: int = 0, eos_likely: bool = False
+             ) -> transformers.PreTrainedModel:
+    """A random model of `variant` (eval mode) with a non-zero final_logits_bias where it has one; with
+    `eos_likely` a push towards EOS baked into the weights (so that beams end early)."""
     family, overrides = VARIANTS[variant]
     torch.manual_seed(seed)
     model = FAMILIES[family](vocab_size, **overrides).eval()
-    if hasattr(model, "final_logits_bias"):
-        with torch.no_grad():
+    with torch.no_grad():
+        eos = model.config.eos_token_id
+        if hasattr(model, "final_logits_bias"):
             model.final_logits_bias.normal_(0.0, 0.5)
+            model.final_logits_bias[0, eos] += 4.0 if eos_likely else 0.0
+        elif eos_likely:
+            model.get_output_embeddings().weight[eos] *= 4.0
     return model
 
 
 def save_model(variant: str, model_dir: str, tokenizer=None, vocab_size: Optional[int] = None,
-               generation: Optional[dict] = None) -> Tuple[str, transformers.PreTrainedModel]:
+               generation: Optional[dict] = None, eos_likely: bool = False) -> Tuple[str, transformers.PreTrainedModel]:
     """`build_hf(variant)` saved (with `tokenizer` and `generation` settings when given) under `model_dir`."""
     if vocab_size is None:
-        vocab_size = 150 if tokenizer is None else max(tokenizer.get_vocab().values()) + 1
-    model = build_hf(variant, vocab_size)
+        vocab_size = 150 if tokenizer is None else tokenizer_vocab_size(tokenizer)
+    model = build_hf(variant, vocab_size, eos_likely=eos_likely)
     if generation:
         model.generation_config.update(**generation)
     model.save_pretrained(model_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
     return model_dir, model
+
+
+def tokenizer_vocab_size(tokenizer) -> int:
+    """1 + the largest id the tokenizer can produce (M2M100's language ids are not in get_vocab())."""
+    ids = list(tokenizer.get_vocab().values()) + list(getattr(tokenizer, "lang_code_to_id", {}).values())
+    return 1 + max(ids + list(tokenizer.all_special_ids))
 
 
 def marian_tokenizer(spm_model_file: str, folder: str) -> transformers.PreTrainedTokenizer:
