@@ -97,11 +97,11 @@ def test_greedy_matches_hf(variant, engine, checkpoints, greedy_references, monk
         assert scheduler.num_cumulative_preemption > 0
 
 
-@pytest.mark.parametrize("variant", ["t5", "umt5"])
-def test_best_beam_matches_hf_generate(variant, checkpoints):
+@pytest.mark.parametrize("variant,engine", [("t5", "roomy"), ("umt5", "roomy"), ("t5-v1.1", "swap")])
+def test_best_beam_matches_hf_generate(variant, engine, checkpoints):
     model_dir, hf_model = checkpoints(variant)
     requests = _requests(seed=2)[:5]
-    llm = _llm(model_dir)
+    llm = _llm(model_dir, **ENGINE_VARIANTS[engine])
     for width, length_penalty in [(2, 1.0), (4, 0.8)]:
         params = BeamSearchParams(beam_width=width, max_tokens=12, length_penalty=length_penalty)
         outputs = llm.beam_search([prompt for prompt, _, _ in requests], params, use_tqdm=False)
@@ -112,6 +112,7 @@ def test_best_beam_matches_hf_generate(variant, checkpoints):
                 use_cache=False)   # transformers' cache assumes num_decoder_layers == num_layers
             assert output.outputs[0].token_ids == best_tokens, (variant, width, encoder)
             assert output.outputs[0].beam_score == pytest.approx(best_score, abs=1e-4)
+    assert (llm.llm_engine.scheduler.num_cumulative_preemption > 0) == (engine == "swap")
 
 
 def test_bfloat16_runs_and_agrees_with_hf_in_bfloat16(checkpoints):
