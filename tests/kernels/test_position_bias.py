@@ -1,6 +1,7 @@
 """Attention with a position bias (T5's relative position bias) against plain-torch references on random inputs:
 paged decode (native C kernel and torch path, float32 and bfloat16, MHA/GQA) with a per-sequence, per-head bias
-over cached positions, block-diagonal prefill with the bias of each block's positions, and the bias helpers."""
+over cached positions, block-diagonal prefill with the bias of each block's positions, and the decode bias against
+the last row of the prefill mask."""
 import math
 
 import pytest

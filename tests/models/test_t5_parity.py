@@ -12,6 +12,7 @@ from t5_reference import EOS, VARIANTS, VOCAB, build_tiny_t5
 
 from seq2seq_engine import LLM, BeamSearchParams, SamplingParams, TokensPrompt
 from seq2seq_engine.inputs.data import ExplicitEncoderDecoderPrompt
+from seq2seq_engine.kernels import native
 from seq2seq_engine.model_loader.loader import load_model
 
 NUM_TOKENS = 24
@@ -20,6 +21,7 @@ ENGINE_VARIANTS = {
     "roomy": {},
     "recompute": {"num_gpu_blocks_override": 40, "preemption_mode": "recompute"},
     "swap": {"num_gpu_blocks_override": 40, "preemption_mode": "swap"},
+    "torch-kernels": {},    # the torch decode path instead of the native C kernel
 }
 
 
@@ -31,6 +33,20 @@ def checkpoints(tmp_path_factory):
     def get(variant):
         if variant not in cache:
             cache[variant] = build_tiny_t5(variant, tmp_path_factory.mktemp(variant))
+        return cache[variant]
+    return get
+
+
+@pytest.fixture(scope="module")
+def greedy_references(checkpoints):
+    """variant -> HF greedy (tokens, logprobs) of _requests(seed=1), computed once per variant."""
+    cache = {}
+
+    def get(variant):
+        if variant not in cache:
+            _, hf_model = checkpoints(variant)
+            cache[variant] = [hf_greedy(hf_model, torch.tensor(encoder), decoder, NUM_TOKENS)
+                              for _, encoder, decoder in _requests(seed=1)]
         return cache[variant]
     return get
 
@@ -57,15 +73,19 @@ def _llm(model_dir, dtype="float32", **engine_kwargs):
 
 
 @pytest.mark.parametrize("variant,engine", [(v, "roomy") for v in VARIANTS]
-                         + [("t5-v1.1", "recompute"), ("umt5", "swap"), ("t5", "swap")])
-def test_greedy_matches_hf(variant, engine, checkpoints):
-    model_dir, hf_model = checkpoints(variant)
+                         + [("t5-v1.1", "recompute"), ("umt5", "swap"), ("t5", "swap"), ("umt5", "torch-kernels")])
+def test_greedy_matches_hf(variant, engine, checkpoints, greedy_references, monkeypatch, request):
+    model_dir, _ = checkpoints(variant)
+    if engine == "torch-kernels":
+        monkeypatch.setenv(native.NATIVE_ENV, "0")
+        native.load_library.cache_clear()
+        request.addfinalizer(native.load_library.cache_clear)   # before monkeypatch restores the switch
+        assert native.load_library("paged_attention_cpu") is None
     requests = _requests(seed=1)
     llm = _llm(model_dir, **ENGINE_VARIANTS[engine])
     params = SamplingParams(temperature=0.0, max_tokens=NUM_TOKENS, ignore_eos=True, logprobs=0)
     outputs = llm.generate([prompt for prompt, _, _ in requests], params, use_tqdm=False)
-    for output, (_, encoder, decoder) in zip(outputs, requests):
-        ref_tokens, ref_logprobs = hf_greedy(hf_model, torch.tensor(encoder), decoder, NUM_TOKENS)
+    for output, (_, _, decoder), (ref_tokens, ref_logprobs) in zip(outputs, requests, greedy_references(variant)):
         completion = output.outputs[0]
         assert output.prompt_token_ids == decoder
         assert completion.token_ids == ref_tokens
@@ -73,15 +93,15 @@ def test_greedy_matches_hf(variant, engine, checkpoints):
         torch.testing.assert_close(ours, torch.tensor(ref_logprobs), rtol=0, atol=1e-4)
     scheduler = llm.llm_engine.scheduler
     assert scheduler.block_manager.get_num_free_gpu_blocks() == llm.llm_engine.cache_config.num_gpu_blocks
-    if engine != "roomy":
+    if engine in ("recompute", "swap"):
         assert scheduler.num_cumulative_preemption > 0
 
 
-@pytest.mark.parametrize("variant", ["t5", "umt5"])
-def test_best_beam_matches_hf_generate(variant, checkpoints):
+@pytest.mark.parametrize("variant,engine", [("t5", "roomy"), ("umt5", "roomy"), ("t5-v1.1", "swap")])
+def test_best_beam_matches_hf_generate(variant, engine, checkpoints):
     model_dir, hf_model = checkpoints(variant)
     requests = _requests(seed=2)[:5]
-    llm = _llm(model_dir)
+    llm = _llm(model_dir, **ENGINE_VARIANTS[engine])
     for width, length_penalty in [(2, 1.0), (4, 0.8)]:
         params = BeamSearchParams(beam_width=width, max_tokens=12, length_penalty=length_penalty)
         outputs = llm.beam_search([prompt for prompt, _, _ in requests], params, use_tqdm=False)
@@ -92,6 +112,7 @@ def test_best_beam_matches_hf_generate(variant, checkpoints):
                 use_cache=False)   # transformers' cache assumes num_decoder_layers == num_layers
             assert output.outputs[0].token_ids == best_tokens, (variant, width, encoder)
             assert output.outputs[0].beam_score == pytest.approx(best_score, abs=1e-4)
+    assert (llm.llm_engine.scheduler.num_cumulative_preemption > 0) == (engine == "swap")
 
 
 def test_bfloat16_runs_and_agrees_with_hf_in_bfloat16(checkpoints):
