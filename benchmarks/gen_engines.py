@@ -146,7 +146,7 @@ def run_hf(job: GenJob) -> EngineRun:
     model = model.from_pretrained(job.model_dir, dtype=torch.float32).eval()
     # A fresh generation config: no no_repeat_ngram_size, forced bos/eos, min/max length from the model's defaults.
     model.generation_config = transformers.GenerationConfig(
-        bos_token_id=model.config.bos_token_id, eos_token_id=job.eos, pad_token_id=job.pad,
+        bos_token_id=getattr(model.config, "bos_token_id", None), eos_token_id=job.eos, pad_token_id=job.pad,
         decoder_start_token_id=job.decoder_start)
 
     def run_once(j: GenJob) -> List[List[int]]:

@@ -28,7 +28,7 @@ from seq2seq_engine.sampling.sampler import Sampler
 from seq2seq_engine.worker.model_runner import ModelRunner
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from throughput import random_model  # noqa: E402
+from text_models import random_model  # noqa: E402
 
 SCOPES = {"attention": (TorchAttentionBackend, "forward"), "sampler": (Sampler, "forward"),
           "prepare_inputs": (ModelRunner, "prepare_inputs")}

@@ -9,7 +9,6 @@ inputs, same output lengths, one command (each engine in its own child process; 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -20,21 +19,26 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 
 # isort: split
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch  # noqa: E402
 import transformers  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header, run_rounds,  # noqa: E402
                     speed_table)
 from gen_engines import GenJob, run_ct2, run_hf, run_ours  # noqa: E402
+from text_models import convert_ct2, random_model  # noqa: E402
 
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
-FIRST_ID = 3  # random prompt ids avoid the special tokens 0 (bos), 1 (pad), 2 (eos / decoder start)
+FIRST_ID = 3  # random prompt ids avoid the special tokens (ids 0-2 in every random model: bos, pad, eos, unk)
 
-# name: (requests, prompt length range, new tokens per request); --quick uses QUICK
+# name: (requests, prompt length range, new tokens per request); --quick uses QUICK. marian: sentences of
+# translation-test-set lengths; t5: summarization-length documents and summaries
 FULL = {"bart": (64, (64, 1024), range(64, 143, 13)), "smollm2": (64, None, range(128, 129)),
-        "decoder": (64, (32, 256), range(128, 129))}
+        "decoder": (64, (32, 256), range(128, 129)), "marian": (256, (8, 64), range(8, 65, 4)),
+        "t5": (32, (128, 512), range(32, 129, 16))}
 QUICK = {"bart": (8, (32, 128), range(8, 17, 4)), "smollm2": (8, None, range(16, 17)),
-         "decoder": (8, (16, 64), range(16, 17))}
+         "decoder": (8, (16, 64), range(16, 17)), "marian": (8, (8, 24), range(4, 13, 4)),
+         "t5": (8, (32, 96), range(8, 17, 4))}
+# the HF-format random model of each workload (random_model's kinds)
+MODEL_KINDS = {"bart": "bart", "decoder": "llama", "marian": "marian", "t5": "t5"}
 
 TOPICS = ["photosynthesis", "the French Revolution", "black holes", "the water cycle", "compound interest",
           "the immune system", "volcanoes", "machine learning", "the Roman Empire", "climate change", "vaccines",
@@ -45,7 +49,9 @@ TEMPLATES = ["Explain {} in simple terms.", "Write a short paragraph about {}.",
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", default="bart,smollm2", help="comma list of bart, smollm2, decoder")
+    parser.add_argument("--workload", default="bart,smollm2",
+                        help="comma list of bart, smollm2, decoder, marian (Marian-base / opus-mt shape), t5 "
+                             "(Flan-T5-base shape)")
     parser.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
     parser.add_argument("--engines", default="ours,hf,ct2", help="comma list of ours, hf, ct2")
     parser.add_argument("--ours-dtypes", default="float32,bfloat16")
@@ -58,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="documents per HF generate() call (0: all; default: 64 // beam)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--init-std", type=float, default=0.02,
-                        help="std of the random weights (bart, decoder)")
+                        help="std of the random weights (bart, decoder, marian; t5 scales its own init by std / 0.02)")
     parser.add_argument("--tie-lm-head", action="store_true",
                         help="random models tie the LM head to the embeddings, as BART-base and SmolLM2 do; then "
                              "their greedy outputs repeat one token (default: untied, same shapes and speed)")
@@ -69,66 +75,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# ---------------------------------------------------------------------------------------------- models
-def random_model(kind: str, seed: int, init_std: float, tie: bool, out_dir: str) -> str:
-    """A BART-base-shaped or SmolLM2-135M-shaped model with random weights (fixed seed), saved in HF format.
-    Tied to the embeddings, a random LM head's argmax is the input token itself (the residual stream dominates),
-    so every output repeats one token; an untied one (same matmul shapes) gives varied outputs."""
-    torch.manual_seed(seed)
-    if kind == "bart":
-        config = transformers.BartConfig(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
-                                         decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
-                                         vocab_size=50265, max_position_embeddings=1024, forced_bos_token_id=None,
-                                         forced_eos_token_id=None, init_std=init_std, tie_word_embeddings=tie)
-        model = transformers.BartForConditionalGeneration(config)
-    else:
-        config = transformers.LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
-                                          num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
-                                          tie_word_embeddings=tie, max_position_embeddings=8192,
-                                          rope_theta=100000.0, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=2,
-                                          pad_token_id=1, initializer_range=init_std)
-        model = transformers.LlamaForCausalLM(config)
-    model_dir = os.path.join(out_dir, kind)
-    model.eval().save_pretrained(model_dir)
-    return model_dir
-
-
-def word_level_tokenizer(model_dir: str, vocab_size: int, out_dir: str) -> None:
-    """A tokenizer with one token "t<id>" per id: CTranslate2's converter needs one, and ids map to themselves."""
-    from tokenizers import Tokenizer, models
-    vocab = {f"t{i}": i for i in range(vocab_size)}
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t3")),
-        bos_token="t0", pad_token="t1", eos_token="t2", unk_token="t3")
-    tokenizer.save_pretrained(out_dir)
-
-
-def convert_ct2(model_dir: str, out_dir: str) -> str:
-    """CTranslate2's own converter on a staging copy of the HF directory (links to the weights, a config that
-    CT2 4.8.5 can read for transformers-5 BART, a word-level tokenizer where the model has none)."""
-    import ctranslate2
-    stage = os.path.join(out_dir, "stage")
-    os.makedirs(stage, exist_ok=True)
-    for name in os.listdir(model_dir):
-        os.symlink(os.path.join(model_dir, name), os.path.join(stage, name))
-    with open(os.path.join(model_dir, "config.json")) as f:
-        config = json.load(f)
-    if config["model_type"] == "bart":
-        config.update(normalize_before=False, add_final_layer_norm=False)
-        os.remove(os.path.join(stage, "config.json"))
-        with open(os.path.join(stage, "config.json"), "w") as f:
-            json.dump(config, f)
-    if not os.path.exists(os.path.join(model_dir, "tokenizer.json")):
-        word_level_tokenizer(model_dir, config["vocab_size"], stage)
-    target = os.path.join(out_dir, "ct2")
-    ctranslate2.converters.TransformersConverter(stage).convert(target, quantization=None, force=True)
-    return target
-
-
 # ---------------------------------------------------------------------------------------------- inputs
 def random_prompts(num: int, length_range: Tuple[int, int], vocab_size: int, rng: random.Random) -> List[List[int]]:
+    """Random ids past the first special ones and below the last id (Marian's `<pad>`, absent from CT2's vocabulary)."""
     lo, hi = length_range
-    return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(num)]
+    return [[rng.randrange(FIRST_ID, vocab_size - 1) for _ in range(rng.randint(lo, hi))] for _ in range(num)]
 
 
 def chat_prompts(model_dir: str, num: int) -> List[List[int]]:
@@ -147,8 +98,7 @@ def build_job(name: str, args: argparse.Namespace, tmp: str) -> GenJob:
         model_dir = resolve_model_path("smollm2-135m")
         prompts = chat_prompts(model_dir, num)
     else:
-        model_dir = random_model("bart" if name == "bart" else "llama", args.seed, args.init_std,
-                                 args.tie_lm_head, tmp)
+        model_dir = random_model(MODEL_KINDS[name], args.seed, args.init_std, args.tie_lm_head, tmp)
         vocab_size = transformers.AutoConfig.from_pretrained(model_dir).vocab_size
         prompts = random_prompts(num, length_range, vocab_size, rng)
     config = transformers.AutoConfig.from_pretrained(model_dir)

@@ -22,6 +22,7 @@ def paged_attention(
     context_lens: torch.Tensor,
     scale: float,
     max_context_len: Optional[int] = None,
+    position_bias: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Single-query (decode) attention of each sequence over its cached context.
 
@@ -35,12 +36,15 @@ def paged_attention(
     ``context_lens``) is only used for tensors on accelerators, to size the work without a device sync; on CPU
     the exact lengths are read directly. On the CPU the fused native kernel (kernels/csrc/) runs when it is built
     and the caches are contiguous float32/bfloat16; otherwise, and on accelerators, the torch path below.
+    ``position_bias`` ``[num_seqs, num_heads, >= longest context]`` (optional, e.g. T5's relative position bias)
+    is added to the scaled scores: entry ``[i, h, t]`` to head ``h`` of sequence ``i`` against cached position ``t``.
     """
     _check_args(query, key_cache, value_cache, block_tables, context_lens)
+    position_bias = _check_position_bias(position_bias, query.shape[:2], context_lens, max_context_len)
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
-    native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale)
+    native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale, position_bias)
     if native is not None:
         return native
     compute_dtype = _compute_dtype(query.dtype, key_cache.dtype)
@@ -57,15 +61,15 @@ def paged_attention(
     q = (query.to(device=device, dtype=compute_dtype) * scale).view(num_seqs, num_kv_heads, group, head_size)
     tables = block_tables.to(device=device, dtype=torch.int64)
     rows = _token_rows(tables, lens, max_len, block_size, num_kv_heads)
-    padding = torch.arange(max_len, device=device) >= lens[:, None]
+    score_mask = _score_mask(lens, max_len, position_bias, (num_seqs, num_kv_heads, group), compute_dtype)
     chunk = _chunk_seqs(device, num_kv_heads * max_len * head_size * compute_dtype.itemsize)
     workspace = _Workspace(key_cache, min(chunk, num_seqs) * num_kv_heads * max_len * head_size, compute_dtype)
     for start in range(0, num_seqs, chunk):
         stop = min(start + chunk, num_seqs)
         chunk_len = int(host_lens[start:stop].max())
         if chunk_len > 0:
-            chunk_rows, chunk_padding = rows[start:stop, :, :chunk_len], padding[start:stop, :chunk_len]
-            out[start:stop] = _attend_chunk(q[start:stop], key_cache, value_cache, chunk_rows, chunk_padding, workspace)
+            chunk_rows, chunk_mask = rows[start:stop, :, :chunk_len], score_mask[start:stop, :, :, :chunk_len]
+            out[start:stop] = _attend_chunk(q[start:stop], key_cache, value_cache, chunk_rows, chunk_mask, workspace)
     out.masked_fill_((lens == 0).view(num_seqs, 1, 1, 1), 0.0)
     return out.view(num_seqs, num_heads, head_size).to(query.dtype)
 
@@ -93,12 +97,13 @@ class _Workspace:
         return raw.view(*rows.shape, head_size)
 
 
-def _attend_chunk(q, key_cache, value_cache, rows, padding, workspace: _Workspace) -> torch.Tensor:
-    """One chunk: q ``[n, kvh, g, d]``, rows ``[n, kvh, T]``, padding bool ``[n, T]`` -> ``[n, kvh, g, d]``."""
+def _attend_chunk(q, key_cache, value_cache, rows, mask, workspace: _Workspace) -> torch.Tensor:
+    """One chunk: q ``[n, kvh, g, d]``, rows ``[n, kvh, T]``, additive score mask ``[n, kvh or 1, g or 1, T]``
+    (``_score_mask``) -> ``[n, kvh, g, d]``."""
     rows = rows.contiguous()
     keys = workspace.gather(key_cache, rows)
     scores = torch.matmul(q, keys.transpose(-1, -2))  # [n, kvh, g, T]
-    scores.masked_fill_(padding[:, None, None, :], float("-inf"))
+    scores += mask
     probs = torch.softmax(scores, dim=-1)
     if value_cache.dtype == q.dtype:
         return _weighted_rows(probs, rows, value_cache)
@@ -115,6 +120,20 @@ def _weighted_rows(probs: torch.Tensor, rows: torch.Tensor, value_cache: torch.T
         indices, value_cache.reshape(-1, head_size), offsets, mode="sum", per_sample_weights=probs.reshape(-1)
     )
     return summed.view(n, kvh, group, head_size)
+
+
+def _score_mask(lens: torch.Tensor, max_len: int, position_bias: Optional[torch.Tensor], shape,
+                dtype: torch.dtype) -> torch.Tensor:
+    """Additive score mask ``[n, kvh or 1, g or 1, max_len]``: -inf past each context, plus the position bias (as
+    ``[n, kvh, g, max_len]``) when there is one."""
+    num_seqs, num_kv_heads, group = shape
+    padding = torch.arange(max_len, device=lens.device) >= lens[:, None]
+    if position_bias is None:
+        mask = torch.zeros(num_seqs, 1, 1, max_len, dtype=dtype, device=lens.device)
+    else:
+        mask = position_bias[:, :, :max_len].to(device=lens.device, dtype=dtype)
+        mask = mask.reshape(num_seqs, num_kv_heads, group, max_len)
+    return mask.masked_fill(padding[:, None, None, :], float("-inf"))
 
 
 def _token_rows(tables, lens, num_tokens: int, block_size: int, num_kv_heads: int) -> torch.Tensor:
@@ -162,3 +181,22 @@ def _check_args(query, key_cache, value_cache, block_tables, context_lens) -> No
     if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or context_lens.shape != (num_seqs,):
         shapes = f"block_tables {tuple(block_tables.shape)}, context_lens {tuple(context_lens.shape)}"
         raise ValueError(f"{shapes} do not match {num_seqs} sequences")
+
+
+def _check_position_bias(position_bias: Optional[torch.Tensor], query_shape, context_lens: torch.Tensor,
+                         max_context_len: Optional[int]) -> Optional[torch.Tensor]:
+    """The bias as given, after checking it covers every (sequence, head) and the longest context."""
+    if position_bias is None:
+        return None
+    num_seqs, num_heads = query_shape
+    if position_bias.dim() != 3 or tuple(position_bias.shape[:2]) != (num_seqs, num_heads):
+        raise ValueError(f"position_bias must be [num_seqs={num_seqs}, num_heads={num_heads}, context], got "
+                         f"{tuple(position_bias.shape)}")
+    if context_lens.device.type == "cpu" or max_context_len is None:
+        longest = int(context_lens.max()) if num_seqs else 0
+    else:
+        longest = int(max_context_len)
+    if position_bias.shape[2] < longest:
+        raise ValueError(f"position_bias covers {position_bias.shape[2]} positions, fewer than the longest "
+                         f"context ({longest})")
+    return position_bias

@@ -19,11 +19,13 @@ def native_paged_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    position_bias: Optional[torch.Tensor] = None,
 ) -> Optional[torch.Tensor]:
     """``paged_attention`` computed by the native kernel, or None where it does not apply (non-CPU tensors, a
     cache dtype other than float32/bfloat16, non-contiguous caches, or no compiled library) -- then the caller
     runs the torch path. Arguments were shape-checked by the caller; int32 tables and lengths (the engine's
-    metadata) are passed without a copy."""
+    metadata) are passed without a copy. ``position_bias`` ``[num_seqs, num_heads, >= longest context]`` (checked
+    by the caller) is added to the scaled scores."""
     if not _applies(query, key_cache, value_cache):
         return None
     library = load_library("paged_attention_cpu")
@@ -38,9 +40,11 @@ def native_paged_attention(
     tables = block_tables.to(torch.int32).contiguous()
     lens = context_lens.to(torch.int32).contiguous()
     out = torch.empty(num_seqs, num_heads, head_size, dtype=torch.float32)
+    bias = None if position_bias is None else position_bias.to(device="cpu", dtype=torch.float32).contiguous()
     status = library.paged_attention_f32(
         tensor_ptr(q), tensor_ptr(key_cache), tensor_ptr(value_cache), ctypes.c_int(DTYPE_CODES[key_cache.dtype]),
-        tensor_ptr(tables), tensor_ptr(lens), ctypes.c_float(scale), tensor_ptr(out),
+        tensor_ptr(tables), tensor_ptr(lens), ctypes.c_float(scale), tensor_ptr(bias),
+        ctypes.c_int64(0 if bias is None else bias.shape[2]), tensor_ptr(out),
         *(ctypes.c_int64(n) for n in (num_seqs, num_heads, num_kv_heads, head_size, block_size, tables.shape[1],
                                       num_blocks)),
         ctypes.c_int(torch.get_num_threads()))

@@ -92,16 +92,22 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
 
     pre_norm = False            # mBART: True
     final_layer_norm = False    # mBART: True
+    model_class = BartModel     # the sinusoidal families (models/sinusoidal_seq2seq.py) swap the embeddings
 
     def __init__(self, hf_config) -> None:
         super().__init__()
         self.config = hf_config
-        self.tie_word_embeddings = getattr(hf_config, "tie_word_embeddings", True)
-        self.model = BartModel(hf_config, self.pre_norm, self.final_layer_norm, self.tie_word_embeddings)
+        self.tie_word_embeddings = self.ties_all_embeddings(hf_config)
+        self.model = self.model_class(hf_config, self.pre_norm, self.final_layer_norm, self.tie_word_embeddings)
         # a parameter (not a buffer) so that the strict loader sees it; absent from a checkpoint it stays zero
         self.final_logits_bias = nn.Parameter(torch.zeros(1, hf_config.vocab_size), requires_grad=False)
         self.lm_head = None if self.tie_word_embeddings else nn.Linear(hf_config.d_model, hf_config.vocab_size,
                                                                        bias=False)
+
+    @staticmethod
+    def ties_all_embeddings(hf_config) -> bool:
+        """Whether encoder, decoder and lm_head share ``model.shared`` (else each has its own weight)."""
+        return getattr(hf_config, "tie_word_embeddings", True)
 
     # ------------------------------------------------------------------------------------------------ forward
     @property
@@ -124,7 +130,7 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
-            logits = F.linear(hidden_states, self.model.shared.weight)
+            logits = F.linear(hidden_states, self.tied_lm_head_weight())
         else:
             logits = self.lm_head(hidden_states)
         return (logits + self.final_logits_bias).float()

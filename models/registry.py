@@ -14,6 +14,12 @@ MODEL_REGISTRY: Mapping[str, str] = MappingProxyType({
     "BartForConditionalGeneration": "bart:BartForConditionalGeneration",
     "MBartForConditionalGeneration": "bart:MBartForConditionalGeneration",
     "WhisperForConditionalGeneration": "whisper:WhisperForConditionalGeneration",
+    "MarianMTModel": "marian:MarianMTModel",
+    "M2M100ForConditionalGeneration": "m2m100:M2M100ForConditionalGeneration",
+    "PegasusForConditionalGeneration": "pegasus:PegasusForConditionalGeneration",
+    "T5ForConditionalGeneration": "t5:T5ForConditionalGeneration",
+    "MT5ForConditionalGeneration": "t5:MT5ForConditionalGeneration",
+    "UMT5ForConditionalGeneration": "t5:UMT5ForConditionalGeneration",
 })
 
 _PACKAGE = __name__.rpartition(".")[0]  # "seq2seq_engine.models"

@@ -11,6 +11,9 @@ _QUANTIZATION_METHODS = (None, "int8")  # int8: Linear layers on int8 weights an
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
 _DEFAULT_MAX_BEAM_WIDTH = 16
+# HF model types whose generation starts from decoder_start_token_id alone (BART and mBART add bos after it: HF
+# forces it with forced_bos_token_id); M2M100/NLLB put the target language there instead.
+_START_ONLY_DECODER_PROMPT = frozenset({"marian", "m2m_100", "pegasus"})
 
 
 def env_switch(name: str) -> bool:
@@ -48,6 +51,8 @@ class ModelConfig:
     bos_token_id: Optional[int] = None
     eos_token_id: Optional[int] = None
     pad_token_id: Optional[int] = None
+    # the default decoder prompt is [decoder_start, bos] (BART) or, when False, [decoder_start] (Marian, M2M100)
+    default_decoder_prompt_has_bos: bool = True
     dtype: str = "float32"
     quantization: Optional[str] = None
     seed: int = 0
@@ -198,6 +203,10 @@ class EngineConfig:
                              f"{self.model_config.dtype!r}: only the CPU kernels read a cache of another dtype")
 
 
+# Length limit (both sides) of models with relative positions and no position table (T5): their pretraining length.
+RELATIVE_POSITION_MAX_LEN = 512
+
+
 def _first_token_id(value) -> Optional[int]:
     """Configs may give a token id as an int or a list (several EOS ids); the engine keeps the first."""
     if isinstance(value, (list, tuple)):
@@ -209,9 +218,11 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
                          skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None,
                          max_logprobs: int = 20, quantization: Optional[str] = None) -> ModelConfig:
     """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
-    Whisper: max_source_positions / max_target_positions)."""
+    Whisper: max_source_positions / max_target_positions; T5: relative positions, RELATIVE_POSITION_MAX_LEN)."""
     is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
     max_positions = getattr(hf_config, "max_position_embeddings", None)
+    if max_positions is None and hasattr(hf_config, "relative_attention_num_buckets"):
+        max_positions = getattr(hf_config, "n_positions", None) or RELATIVE_POSITION_MAX_LEN
     max_target = getattr(hf_config, "max_target_positions", None) or max_positions
     if max_target is None:
         raise ValueError(f"cannot tell the maximum sequence length of {type(hf_config).__name__}")
@@ -227,5 +238,6 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         bos_token_id=_first_token_id(getattr(hf_config, "bos_token_id", None)),
         eos_token_id=_first_token_id(getattr(hf_config, "eos_token_id", None)),
         pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
+        default_decoder_prompt_has_bos=getattr(hf_config, "model_type", None) not in _START_ONLY_DECODER_PROMPT,
         dtype=dtype, quantization=quantization, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
         max_logprobs=max_logprobs, hf_config=hf_config)

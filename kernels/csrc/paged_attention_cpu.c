@@ -4,7 +4,9 @@
  * ctypes. Layouts match kernels/decode_attention.py: query [num_seqs, num_heads, head_size] float32 (the scores
  * are multiplied by `scale`); caches [num_blocks, block_size, num_kv_heads, head_size] float32 or bfloat16,
  * contiguous; block_tables int32 [num_seqs, max_blocks]; context_lens int32 [num_seqs] (the engine's metadata
- * dtypes, so no per-layer conversion); out float32 like query.
+ * dtypes, so no per-layer conversion); out float32 like query. position_bias (may be NULL) float32
+ * [num_seqs, num_heads, bias_len]: entry [seq, head, t] is added to the scaled score of cached position t (T5's
+ * relative position bias, computed by the caller for each step).
  * Consecutive sequences with the same length and the same blocks form a run (the beams of a request over its
  * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among
  * `num_threads` OpenMP threads (torch's own pool: the library links the libgomp torch loaded) through an atomic
@@ -24,6 +26,8 @@ typedef struct {
     const int32_t *block_tables;
     const int32_t *context_lens;
     int64_t *group_starts; /* [num_groups + 1], found by find_runs */
+    const float *position_bias; /* NULL, or [num_seqs * num_heads, bias_len] */
+    int64_t bias_len;
     float *out;
     float scale;
     int64_t num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
@@ -80,6 +84,8 @@ static inline void next_head(HeadCursor *cursor, int64_t num_heads, int64_t grou
 static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
     const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
     const float *q = job->query + run->first * job->num_heads * d;
+    /* the run's rows are (sequence, head) sequence-major from `first`, like the bias rows */
+    const float *bias = job->position_bias ? job->position_bias + run->first * job->num_heads * job->bias_len : NULL;
     for (int64_t t = 0; t < run->context; t++) {
         int64_t slot;
         if (slot_of(job, run->table, t, &slot) != OK) return BAD_BLOCK;
@@ -90,7 +96,7 @@ static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int64_t i = 0; i < d; i++) dot += qr[i] * k[i];
-            scratch->scores[r * run->context + t] = dot * job->scale;
+            scratch->scores[r * run->context + t] = dot * job->scale + (bias ? bias[r * job->bias_len + t] : 0.0f);
         }
     }
     return OK;
@@ -198,7 +204,8 @@ static int64_t find_runs(const int32_t *tables, const int32_t *lens, int64_t num
 /* Returns 0, or 1 for a block-table entry outside [0, num_blocks), 2 when memory ran out, or 3 when a context length
  * exceeds the block table's max_blocks * block_size tokens (nothing is computed then). */
 int paged_attention_f32(const float *query, const void *key_cache, const void *value_cache, int cache_is_bf16,
-                        const int32_t *block_tables, const int32_t *context_lens, float scale, float *out,
+                        const int32_t *block_tables, const int32_t *context_lens, float scale,
+                        const float *position_bias, int64_t bias_len, float *out,
                         int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
                         int64_t block_size, int64_t max_blocks, int64_t num_blocks, int num_threads) {
     for (int64_t seq = 0; seq < num_seqs; seq++)
@@ -206,8 +213,9 @@ int paged_attention_f32(const float *query, const void *key_cache, const void *v
     int64_t *starts = malloc(sizeof(int64_t) * (num_seqs + 1));
     if (!starts) return NO_MEMORY;
     const int64_t num_groups = find_runs(block_tables, context_lens, num_seqs, max_blocks, block_size, starts);
-    Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, out, scale, num_groups, num_heads,
-               num_kv_heads, head_size, block_size, max_blocks, num_blocks, cache_is_bf16, 0, OK};
+    Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, position_bias, bias_len, out,
+               scale, num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks,
+               cache_is_bf16, 0, OK};
     if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;
 #pragma omp parallel num_threads(num_threads)

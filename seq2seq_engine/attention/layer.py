@@ -9,6 +9,7 @@ from torch import nn
 from seq2seq_engine.attention.backends.torch_backend import KVCache, TorchAttentionBackend
 from seq2seq_engine.attention.backends.xformers_backend import select_backend
 from seq2seq_engine.attention.metadata import AttentionMetadata
+from seq2seq_engine.attention.position_bias import PositionBiasFn
 from seq2seq_engine.attention.types import AttentionType
 
 
@@ -18,6 +19,8 @@ class Attention(nn.Module):
     query is [num_q_tokens, num_heads * head_size]; key/value are [num_kv_tokens, num_kv_heads * head_size].
     For ENCODER_DECODER layers key/value are the encoder output's projections of this step's prefill
     requests, or None when the step has no prefill (decodes read the cross blocks).
+    ``position_bias`` (ENCODER and DECODER layers; T5's relative position bias) maps relative positions (key minus
+    query) to an additive per-head bias; the backend computes the positions of each prefill block and decode row.
     """
 
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None,
@@ -34,11 +37,13 @@ class Attention(nn.Module):
         self.backend = backend
 
     def forward(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
-                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
+                position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
         backend = self.backend or select_backend(query.device)
         query = query.view(-1, self.num_heads, self.head_size)
         if key is not None:
             key = key.view(-1, self.num_kv_heads, self.head_size)
             value = value.view(-1, self.num_kv_heads, self.head_size)
-        output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale)
+        output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale,
+                                 position_bias=position_bias)
         return output.view(-1, self.num_heads * self.head_size)

@@ -23,6 +23,16 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def translation_prompts(self, prompts: Any, src_lang: Optional[str] = None,
+                            tgt_lang: Optional[str] = None) -> list:
+        """`prompts` (one or a list) as translation requests for this model: the tokenizer set to `src_lang` and
+        `tgt_lang` put where the family expects it (mBART/M2M100/NLLB: the decoder prompt after decoder_start;
+        Marian: a `>>xx<<` token before the source); see seq2seq_engine.tokenization.languages."""
+        from seq2seq_engine.tokenization.languages import translation_languages
+        model_type = getattr(self.llm_engine.model_config.hf_config, "model_type", None)
+        languages = translation_languages(self.get_tokenizer(), src_lang, tgt_lang, model_type)
+        return list(languages.prompts(_as_prompt_list(prompts)))
+
     def transcribe(self, audio, options=None, **overrides):
         """Transcribe (or translate) audio with a Whisper model: one TranscriptionResult per input, in input order.
         `options` is a TranscriptionOptions; keyword overrides replace its fields (language, task, timestamps,

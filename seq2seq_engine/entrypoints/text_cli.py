@@ -23,14 +23,16 @@ from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
+from seq2seq_engine.entrypoints.task_prefix import add_prefix_argument, with_prefix
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.outputs import RequestOutput
+from seq2seq_engine.tokenization.languages import translation_languages
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
 COMMANDS = {
     "generate": "generate for each prompt (decoder-only or encoder/decoder models)",
     "summarize": "summarize each document with an encoder/decoder model (e.g. BART)",
-    "translate": "translate each line with an encoder/decoder model (mBART: --src-lang/--tgt-lang)",
+    "translate": "translate each line with an encoder/decoder model (mBART, M2M100/NLLB, Marian: --tgt-lang)",
 }
 
 
@@ -74,9 +76,12 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
     group.add_argument("--top-p", type=float, default=None)
     group.add_argument("--top-k", type=int, default=None)
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    add_prefix_argument(group)
     if translate:
-        group.add_argument("--src-lang", default=None, help="source language code of the tokenizer (mBART)")
-        group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART)")
+        group.add_argument("--src-lang", default=None,
+                           help="source language code of the tokenizer (mBART en_XX, M2M100 en, NLLB eng_Latn)")
+        group.add_argument("--tgt-lang", default=None, help="target language code: starts the decoder (mBART, "
+                           "M2M100, NLLB) or, for Marian, the >>xx<< token put before the source")
     engine = parser.add_argument_group("engine")
     add_precision_arguments(engine)
     engine.add_argument("--kv-cache-space-gb", type=float, default=4.0)
@@ -94,29 +99,12 @@ def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-def translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Namespace) -> Iterator[Any]:
-    """mBART-style: the tokenizer encodes in --src-lang; the decoder starts with the --tgt-lang code."""
-    src_lang, tgt_lang = getattr(args, "src_lang", None), getattr(args, "tgt_lang", None)
-    if src_lang is None and tgt_lang is None:
-        yield from prompts
-        return
-    if tokenizer is None:
-        raise ValueError("--src-lang/--tgt-lang need a tokenizer (not --skip-tokenizer-init)")
-    if src_lang is not None:
-        if not hasattr(tokenizer, "src_lang"):
-            raise ValueError(f"the tokenizer {type(tokenizer).__name__} has no source language (--src-lang)")
-        tokenizer.src_lang = src_lang
-    decoder_prompt = None
-    if tgt_lang is not None:
-        tgt_id = tokenizer.convert_tokens_to_ids(tgt_lang)
-        if tgt_id is None or tgt_id == tokenizer.unk_token_id:
-            raise ValueError(f"--tgt-lang {tgt_lang!r} is not a token of this tokenizer")
-        decoder_prompt = {"prompt_token_ids": [tgt_id]}
-    for prompt in prompts:
-        if decoder_prompt is None or (isinstance(prompt, dict) and "encoder_prompt" in prompt):
-            yield prompt
-        else:
-            yield {"encoder_prompt": prompt, "decoder_prompt": decoder_prompt}
+def translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Namespace,
+                        model_type: Optional[str] = None) -> Iterator[Any]:
+    """The prompts with --src-lang/--tgt-lang applied as the model family expects (tokenization/languages.py)."""
+    languages = translation_languages(tokenizer, getattr(args, "src_lang", None), getattr(args, "tgt_lang", None),
+                                      model_type)
+    yield from languages.prompts(prompts)
 
 
 def result_fields(output: RequestOutput) -> Dict[str, Any]:
@@ -155,7 +143,9 @@ def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dic
     from seq2seq_engine.entrypoints.llm import LLM
     llm = LLM(args.model, **engine_kwargs(args))
     overrides = overrides_from_args(args)
-    requests = ((prompt, dict(overrides)) for prompt in translation_prompts(prompts, llm.get_tokenizer(), args))
+    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", None)
+    requests = ((prompt, dict(overrides))
+                for prompt in translation_prompts(prompts, llm.get_tokenizer(), args, model_type))
     with tqdm(total=len(prompts), desc=f"{args.command}", unit="req", disable=args.quiet) as progress:
         for index, item in stream_in_order(llm.llm_engine, requests, args.max_in_flight,
                                            on_finished=lambda: progress.update(1)):
@@ -165,7 +155,7 @@ def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dic
 def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
     """Write one JSON line per input (here, or with --ray on the cluster); returns (results written, refused)."""
     check_ray_arguments(args)
-    prompts = read_prompts(args.input)
+    prompts = with_prefix(read_prompts(args.input), args)
     if args.ray is not None:
         records = generate_records_on_ray(args, prompts, engine_kwargs(args), overrides_from_args(args))
     else:

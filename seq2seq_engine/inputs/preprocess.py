@@ -14,7 +14,8 @@ class InputPreprocessor:
     Encoder/decoder model:
       * a singleton prompt (`str`, `TextPrompt`, `TokensPrompt`) is the ENCODER prompt; the decoder gets the
         default decoder prompt `[decoder_start_token_id, bos_token_id]` (`[decoder_start_token_id]` when the
-        model has no bos token). The default decoder prompt has `prompt=None` (no text is invented for it).
+        model has no bos token or does not start its decoder with it: Marian, M2M100/NLLB, Pegasus). The
+        default decoder prompt has `prompt=None` (no text is invented for it).
       * an `ExplicitEncoderDecoderPrompt` gives both halves; `decoder_prompt=None` means the default.
       * a decoder prompt not starting with `decoder_start_token_id` gets it prepended; its `prompt` stays the
         text the user gave (the prepended token has no text).
@@ -57,9 +58,10 @@ class InputPreprocessor:
         return EncoderDecoderInputs(decoder=decoder_inputs, encoder=encoder_inputs)
 
     def default_decoder_prompt_token_ids(self) -> List[int]:
-        """`[decoder_start_token_id, bos_token_id]`, or `[decoder_start_token_id]` if the model has no bos."""
+        """`[decoder_start_token_id, bos_token_id]`, or `[decoder_start_token_id]` if the model has no bos or
+        does not put it after the start token (`default_decoder_prompt_has_bos`)."""
         config = self.model_config
-        if config.bos_token_id is None:
+        if config.bos_token_id is None or not config.default_decoder_prompt_has_bos:
             return [config.decoder_start_token_id]
         return [config.decoder_start_token_id, config.bos_token_id]
 

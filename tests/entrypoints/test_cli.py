@@ -86,7 +86,7 @@ class _Tokenizer:
     src_lang = "en_XX"
 
     def convert_tokens_to_ids(self, token):
-        return {"de_DE": 250003}.get(token, self.unk_token_id)
+        return {"de_DE": 250003, "fr_XX": 250008}.get(token, self.unk_token_id)
 
 
 def test_translation_prompts_set_the_source_language_and_start_the_decoder_with_the_target():
@@ -96,7 +96,7 @@ def test_translation_prompts_set_the_source_language_and_start_the_decoder_with_
     assert tokenizer.src_lang == "fr_XX"
     assert prompts[0] == {"encoder_prompt": "bonjour", "decoder_prompt": {"prompt_token_ids": [250003]}}
     assert prompts[1]["encoder_prompt"] == {"prompt": "salut"}
-    with pytest.raises(ValueError, match="--tgt-lang 'xx_YY' is not a token"):
+    with pytest.raises(ValueError, match=r"tgt_lang \(--tgt-lang\) 'xx_YY' is not a language code"):
         list(translation_prompts(["x"], tokenizer, type("Args", (), {"src_lang": None, "tgt_lang": "xx_YY"})()))
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from seq2seq_engine.attention.bias import (AttentionBias, BlockDiagonalCausalFromBottomRightMask, is_causal,
                                            segment_bounds)
 from seq2seq_engine.attention.metadata import AttentionMetadata
+from seq2seq_engine.attention.position_bias import PositionBiasFn, decode_position_bias, prefill_bias_mask
 from seq2seq_engine.attention.types import AttentionType
 from seq2seq_engine.kernels import paged_attention, reshape_and_cache
 
@@ -35,8 +36,10 @@ def _causal_mask(q_len: int, k_len: int, bottom_right: bool, device: torch.devic
 
 
 def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: AttentionBias,
-                     scale: float) -> torch.Tensor:
-    """Block-diagonal attention. query [Tq, H, D]; key/value [Tk, Hkv, D]; returns [Tq, H, D]."""
+                     scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
+    """Block-diagonal attention. query [Tq, H, D]; key/value [Tk, Hkv, D]; returns [Tq, H, D]. With
+    ``position_bias`` each block's scores get the bias of its (query, key) positions, queries bottom-right
+    aligned."""
     num_heads, head_size = query.shape[1], query.shape[2]
     num_kv_heads = key.shape[1]
     causal = is_causal(bias)
@@ -47,7 +50,11 @@ def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         k = key[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
         v = value[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
         mask, use_is_causal = None, False
-        if causal and q_len == k_len:
+        if position_bias is not None:
+            if causal and not bottom_right and q_len != k_len:
+                raise ValueError("a position bias needs bottom-right aligned causal blocks when q_len != k_len")
+            mask = prefill_bias_mask(position_bias, q_len, k_len, causal, query.dtype, query.device)
+        elif causal and q_len == k_len:
             use_is_causal = True
         elif causal:
             mask = _causal_mask(q_len, k_len, bottom_right, query.device)
@@ -75,19 +82,21 @@ class TorchAttentionBackend:
 
     name = "torch"
 
-    def prefill_attention(self, query, key, value, bias, scale):
-        return varlen_attention(query, key, value, bias, scale)
+    def prefill_attention(self, query, key, value, bias, scale, position_bias=None):
+        return varlen_attention(query, key, value, bias, scale, position_bias)
 
     def forward(self, attn_type: AttentionType, query: torch.Tensor, key: Optional[torch.Tensor],
                 value: Optional[torch.Tensor], kv_cache: Optional[KVCache], metadata: AttentionMetadata,
-                scale: float) -> torch.Tensor:
+                scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
         if attn_type == AttentionType.ENCODER:
-            return self.prefill_attention(query, key, value, metadata.encoder.bias, scale)
+            return self.prefill_attention(query, key, value, metadata.encoder.bias, scale, position_bias)
         if attn_type == AttentionType.DECODER:
-            return self._decoder_self(query, key, value, kv_cache, metadata, scale)
+            return self._decoder_self(query, key, value, kv_cache, metadata, scale, position_bias)
+        if position_bias is not None:
+            raise ValueError("a position bias applies to encoder and decoder self-attention, not cross-attention")
         return self._cross(query, key, value, kv_cache, metadata, scale)
 
-    def _decoder_self(self, query, key, value, kv_cache, metadata, scale):
+    def _decoder_self(self, query, key, value, kv_cache, metadata, scale, position_bias=None):
         self_md = metadata.self_attn
         if kv_cache is not None:
             reshape_and_cache(key, value, kv_cache[0], kv_cache[1], self_md.slot_mapping)
@@ -97,7 +106,7 @@ class TorchAttentionBackend:
                 kv_cache, self_md.prefill_block_tables, self_md.prefill_bias))
         decode = (self_md.decode_block_tables, self_md.decode_seq_lens, self_md.max_decode_seq_len)
         return self._prefill_and_decode(query, prefill_key, prefill_value, self_md.prefill_bias, kv_cache, decode,
-                                        metadata, scale)
+                                        metadata, scale, position_bias)
 
     def _cross(self, query, key, value, kv_cache, metadata, scale):
         cross_md = metadata.cross
@@ -108,19 +117,29 @@ class TorchAttentionBackend:
 
     def _prefill_and_decode(self, query, prefill_key, prefill_value, prefill_bias, kv_cache: KVCache,
                             decode: Tuple[torch.Tensor, torch.Tensor, int], metadata: AttentionMetadata,
-                            scale: float) -> torch.Tensor:
+                            scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
         """Prefill tokens attend to prefill_key/value under prefill_bias; decode tokens read the paged cache
         through decode = (block tables, context lengths, longest context)."""
-        block_tables, context_lens, max_context_len = decode
         num_prefill_tokens = metadata.num_prefill_tokens
         if not metadata.num_prefills:  # a pure decode step: the kernel's output is the whole output
-            return paged_attention(query, kv_cache[0], kv_cache[1], block_tables, context_lens, scale,
-                                   max_context_len)
+            return _paged_decode(query, kv_cache, decode, scale, position_bias)
         output = torch.empty_like(query)
         output[:num_prefill_tokens] = self.prefill_attention(
-            query[:num_prefill_tokens], prefill_key, prefill_value, prefill_bias, scale)
+            query[:num_prefill_tokens], prefill_key, prefill_value, prefill_bias, scale, position_bias)
         if metadata.num_decode_tokens:
-            output[num_prefill_tokens:] = paged_attention(
-                query[num_prefill_tokens:], kv_cache[0], kv_cache[1], block_tables, context_lens, scale,
-                max_context_len)
+            output[num_prefill_tokens:] = _paged_decode(query[num_prefill_tokens:], kv_cache, decode, scale,
+                                                        position_bias)
         return output
+
+
+def _paged_decode(query: torch.Tensor, kv_cache: KVCache, decode: Tuple[torch.Tensor, torch.Tensor, int],
+                  scale: float, position_bias: Optional[PositionBiasFn]) -> torch.Tensor:
+    """Decode tokens over the paged cache, with the position bias of each query against its cached positions."""
+    block_tables, context_lens, max_context_len = decode
+    decode_bias = None
+    if position_bias is not None:
+        on_host = context_lens.device.type == "cpu"
+        longest = int(context_lens.max()) if on_host and context_lens.numel() else int(max_context_len)
+        decode_bias = decode_position_bias(position_bias, context_lens, longest)
+    return paged_attention(query, kv_cache[0], kv_cache[1], block_tables, context_lens, scale, max_context_len,
+                           position_bias=decode_bias)

@@ -10,7 +10,9 @@ from seq2seq_engine.attention.backends.torch_backend import TorchAttentionBacken
 class XFormersAttentionBackend(TorchAttentionBackend):
     name = "xformers"
 
-    def prefill_attention(self, query, key, value, bias, scale):
+    def prefill_attention(self, query, key, value, bias, scale, position_bias=None):
+        if position_bias is not None:  # a per-block float mask: the torch path builds it
+            return super().prefill_attention(query, key, value, bias, scale, position_bias)
         from xformers.ops import fmha
 
         num_heads, num_kv_heads = query.shape[1], key.shape[1]

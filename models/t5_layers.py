@@ -1,0 +1,159 @@
+"""T5 layers (T5 / mT5 / Flan-T5 / UMT5): RMS layer norm, attention with the relative position bias and without
+score scaling, ReLU or gated feed-forward. Module and attribute names mirror HF transformers' checkpoint names;
+q/k/v (self) and k/v (cross) projections are fused as in encoder_decoder_utils."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
+from seq2seq_engine.attention.position_bias import PositionBiasFn
+from seq2seq_engine.models.encoder_decoder_utils import FusedLinear, KVCache
+from seq2seq_engine.models.utils import get_activation
+
+
+class T5LayerNorm(nn.Module):
+    """Scale-only RMS norm (no mean subtraction, no bias), accumulated in float32 and cast back to the weight's
+    dtype, as HF's T5LayerNorm."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        variance = hidden_states.float().pow(2).mean(-1, keepdim=True)
+        normed = (hidden_states * torch.rsqrt(variance + self.eps)).to(self.weight.dtype)
+        return self.weight * normed
+
+
+def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
+                             max_distance: int) -> torch.Tensor:
+    """Bucket index of each relative position (key minus query): half of the buckets (per direction when
+    bidirectional) hold exact distances, the rest distances growing logarithmically up to max_distance; a
+    unidirectional (decoder) bucket only sees the distance to earlier keys."""
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative > 0).long() * num_buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    exact = num_buckets // 2
+    # log of 0 (small distances) gives -inf; those entries take the exact branch below
+    log_part = torch.log(distance.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    far = (exact + log_part.to(torch.long)).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < exact, distance, far)
+
+
+class T5SelfAttention(nn.Module):
+    """Encoder (bidirectional) or decoder (causal) self-attention: fused q/k/v, unscaled scores plus the relative
+    position bias handed to forward. With ``has_bias`` the layer owns the bias table (``relative_attention_bias``,
+    [num_buckets, num_heads]) and its ``position_bias`` maps relative positions to [num_heads, *shape]."""
+
+    def __init__(self, hf_config, attn_type: AttentionType, has_bias: bool) -> None:
+        super().__init__()
+        self.num_heads, self.d_kv = hf_config.num_heads, hf_config.d_kv
+        self.inner_dim = self.num_heads * self.d_kv
+        self.qkv = FusedLinear(hf_config.d_model, self.inner_dim, ("q", "k", "v"), bias=False)
+        self.o = nn.Linear(self.inner_dim, hf_config.d_model, bias=False)
+        self.attn = Attention(self.num_heads, self.d_kv, 1.0, attn_type=attn_type)
+        self.bidirectional = attn_type == AttentionType.ENCODER
+        self.num_buckets = hf_config.relative_attention_num_buckets
+        self.max_distance = hf_config.relative_attention_max_distance
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads) if has_bias else None
+
+    def position_bias(self, relative: torch.Tensor) -> torch.Tensor:
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.relative_attention_bias(buckets).movedim(-1, 0)
+
+    def forward(self, hidden_states: torch.Tensor, kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
+                position_bias: PositionBiasFn) -> torch.Tensor:
+        q, k, v = self.qkv(hidden_states).split(self.inner_dim, dim=-1)
+        return self.o(self.attn(q, k, v, kv_cache, attn_metadata, position_bias=position_bias))
+
+
+class T5CrossAttention(nn.Module):
+    """Decoder-to-encoder attention: no position bias, unscaled scores; K/V projected only in prefill steps."""
+
+    def __init__(self, hf_config) -> None:
+        super().__init__()
+        self.inner_dim = hf_config.num_heads * hf_config.d_kv
+        self.q = nn.Linear(hf_config.d_model, self.inner_dim, bias=False)
+        self.kv = FusedLinear(hf_config.d_model, self.inner_dim, ("k", "v"), bias=False)
+        self.o = nn.Linear(self.inner_dim, hf_config.d_model, bias=False)
+        self.attn = Attention(hf_config.num_heads, hf_config.d_kv, 1.0, attn_type=AttentionType.ENCODER_DECODER)
+
+    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
+        k = v = None
+        if encoder_hidden_states is not None:
+            k, v = self.kv(encoder_hidden_states).split(self.inner_dim, dim=-1)
+        return self.o(self.attn(self.q(hidden_states), k, v, kv_cache, attn_metadata))
+
+
+def feed_forward_activation(hf_config):
+    """(activation name, gated) the way HF's T5Config reads ``feed_forward_proj`` ("relu", "gated-gelu", ...)."""
+    if hasattr(hf_config, "dense_act_fn") and hasattr(hf_config, "is_gated_act"):
+        return hf_config.dense_act_fn, bool(hf_config.is_gated_act)
+    parts = hf_config.feed_forward_proj.split("-")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+        raise ValueError(f"feed_forward_proj must be 'ACT' or 'gated-ACT', got {hf_config.feed_forward_proj!r}")
+    name = "gelu_new" if hf_config.feed_forward_proj == "gated-gelu" else parts[-1]
+    return name, parts[0] == "gated"
+
+
+class T5FeedForward(nn.Module):
+    """``wo(act(wi(x)))`` (T5 v1.0) or ``wo(act(wi_0(x)) * wi_1(x))`` (gated: v1.1, Flan-T5, mT5, UMT5)."""
+
+    def __init__(self, hf_config) -> None:
+        super().__init__()
+        activation, self.gated = feed_forward_activation(hf_config)
+        self.act = get_activation(activation)
+        self.d_ff = hf_config.d_ff
+        if self.gated:
+            self.wi = FusedLinear(hf_config.d_model, self.d_ff, ("wi_0", "wi_1"), bias=False)
+        else:
+            self.wi = nn.Linear(hf_config.d_model, self.d_ff, bias=False)
+        self.wo = nn.Linear(self.d_ff, hf_config.d_model, bias=False)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self.gated:
+            return self.wo(self.act(self.wi(hidden_states)))
+        gate, linear = self.wi(hidden_states).split(self.d_ff, dim=-1)
+        return self.wo(self.act(gate) * linear)
+
+
+class T5LayerSelfAttention(nn.Module):
+    def __init__(self, hf_config, attn_type: AttentionType, has_bias: bool) -> None:
+        super().__init__()
+        self.SelfAttention = T5SelfAttention(hf_config, attn_type, has_bias)
+        self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
+
+    def forward(self, hidden_states, kv_cache, attn_metadata, position_bias: PositionBiasFn) -> torch.Tensor:
+        return hidden_states + self.SelfAttention(self.layer_norm(hidden_states), kv_cache, attn_metadata,
+                                                  position_bias)
+
+
+class T5LayerCrossAttention(nn.Module):
+    def __init__(self, hf_config) -> None:
+        super().__init__()
+        self.EncDecAttention = T5CrossAttention(hf_config)
+        self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
+
+    def forward(self, hidden_states, encoder_hidden_states, kv_cache, attn_metadata) -> torch.Tensor:
+        return hidden_states + self.EncDecAttention(self.layer_norm(hidden_states), encoder_hidden_states, kv_cache,
+                                                    attn_metadata)
+
+
+class T5LayerFF(nn.Module):
+    def __init__(self, hf_config) -> None:
+        super().__init__()
+        self.DenseReluDense = T5FeedForward(hf_config)
+        self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states + self.DenseReluDense(self.layer_norm(hidden_states))

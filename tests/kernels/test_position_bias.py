@@ -1,0 +1,134 @@
+"""Attention with a position bias (T5's relative position bias) against plain-torch references on random inputs:
+paged decode (native C kernel and torch path, float32 and bfloat16, MHA/GQA) with a per-sequence, per-head bias
+over cached positions, block-diagonal prefill with the bias of each block's positions, and the decode bias against
+the last row of the prefill mask."""
+import math
+
+import pytest
+import torch
+from attention.test_varlen_attention import make_bias
+from kernel_reference import ref_gather_context
+
+from seq2seq_engine.attention.backends.torch_backend import varlen_attention
+from seq2seq_engine.attention.position_bias import decode_position_bias, prefill_bias_mask
+from seq2seq_engine.kernels import paged_attention
+
+
+def _paged(gen, lens, block_size, num_kv_heads, head_size, dtype):
+    """Random K/V scattered into shuffled blocks (NaN elsewhere) and the int32 block tables."""
+    width = max(math.ceil(n / block_size) for n in lens) + 1
+    num_blocks = sum(math.ceil(n / block_size) for n in lens) + 3
+    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    key_cache, value_cache = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.zeros(len(lens), width, dtype=torch.int32)
+    for seq, n in enumerate(lens):
+        for index in range(math.ceil(n / block_size)):
+            tables[seq, index] = order.pop()
+        for pos in range(n):
+            block, offset = int(tables[seq, pos // block_size]), pos % block_size
+            key_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
+            value_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
+    return key_cache.to(dtype), value_cache.to(dtype), tables
+
+
+def _reference_decode(query, key_cache, value_cache, tables, lens, scale, bias):
+    """One float64 softmax per sequence and head over gathered K/V, the bias row added to the scores."""
+    num_seqs, num_heads, head_size = query.shape
+    group = num_heads // key_cache.shape[2]
+    out = torch.zeros(num_seqs, num_heads, head_size, dtype=torch.float64)
+    for seq, n in enumerate(lens):
+        keys = ref_gather_context(key_cache, tables[seq].tolist(), n).double()
+        values = ref_gather_context(value_cache, tables[seq].tolist(), n).double()
+        for head in range(num_heads):
+            scores = keys[:, head // group] @ query[seq, head].double() * scale + bias[seq, head, :n].double()
+            out[seq, head] = torch.softmax(scores, dim=0) @ values[:, head // group]
+    return out
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(5, 5), (6, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_size", [12, 20])
+def test_paged_decode_with_position_bias(num_heads, num_kv_heads, dtype, head_size, kernel_path):
+    gen = torch.Generator().manual_seed(num_heads * 100 + head_size)
+    # equal neighbours with equal tables form one run in the native kernel; each keeps its own bias row
+    lens = [1, 4, 5, 5, 23, 9, 40]
+    block_size = 4
+    key_cache, value_cache, tables = _paged(gen, lens, block_size, num_kv_heads, head_size, dtype)
+    tables[3] = tables[2]
+    query = torch.randn(len(lens), num_heads, head_size, generator=gen).to(dtype)
+    bias = torch.randn(len(lens), num_heads, max(lens) + 3, generator=gen) * 3.0
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    got = paged_attention(query, key_cache, value_cache, tables, context_lens, 1.0, position_bias=bias)
+    want = _reference_decode(query, key_cache, value_cache, tables, lens, 1.0, bias)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), want, atol=tolerance, rtol=tolerance)
+    without = paged_attention(query, key_cache, value_cache, tables, context_lens, 1.0)
+    assert not torch.allclose(without.double(), want, atol=tolerance, rtol=tolerance)   # the bias counts
+
+
+def test_paged_decode_refuses_a_short_or_misshapen_bias(kernel_path):
+    gen = torch.Generator().manual_seed(3)
+    key_cache, value_cache, tables = _paged(gen, [6, 9], 4, 2, 8, torch.float32)
+    query, lens = torch.randn(2, 2, 8, generator=gen), torch.tensor([6, 9], dtype=torch.int32)
+    with pytest.raises(ValueError, match="covers 8 positions, fewer than the longest context \\(9\\)"):
+        paged_attention(query, key_cache, value_cache, tables, lens, 1.0, position_bias=torch.zeros(2, 2, 8))
+    with pytest.raises(ValueError, match="position_bias must be \\[num_seqs=2, num_heads=2, context\\]"):
+        paged_attention(query, key_cache, value_cache, tables, lens, 1.0, position_bias=torch.zeros(2, 9))
+
+
+class _TableBias:
+    """A random per-head value for each relative position in [-64, 64] (a stand-in for T5's bucketed table)."""
+
+    def __init__(self, num_heads, gen):
+        self.table = torch.randn(num_heads, 129, generator=gen) * 2.0
+
+    def __call__(self, relative):
+        return self.table[:, relative.clamp(-64, 64) + 64]
+
+
+def _reference_prefill(query, key, value, q_lens, k_lens, causal, bias_fn):
+    """Each block alone in float64: queries at the block's last q_len positions, bias added, future keys masked."""
+    group = query.shape[1] // key.shape[1]
+    out, q_start, k_start = [], 0, 0
+    for q_len, k_len in zip(q_lens, k_lens):
+        q = query[q_start:q_start + q_len].double().transpose(0, 1)
+        k = key[k_start:k_start + k_len].double().repeat_interleave(group, dim=1).transpose(0, 1)
+        v = value[k_start:k_start + k_len].double().repeat_interleave(group, dim=1).transpose(0, 1)
+        scores = q @ k.transpose(1, 2)
+        for i in range(q_len):
+            for j in range(k_len):
+                relative = j - (k_len - q_len + i)
+                scores[:, i, j] += bias_fn(torch.tensor(relative)).double()
+                if causal and relative > 0:
+                    scores[:, i, j] = float("-inf")
+        out.append((scores.softmax(-1) @ v).transpose(0, 1))
+        q_start, k_start = q_start + q_len, k_start + k_len
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("kind,q_lens,k_lens", [("none", [7, 7, 1, 30], None), ("causal", [5, 5, 12, 1], None),
+                                                ("bottom_right", [3, 1, 6], [9, 7, 6])])
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (6, 3)])
+def test_prefill_with_position_bias(kind, q_lens, k_lens, num_heads, num_kv_heads):
+    gen = torch.Generator().manual_seed(len(kind) + num_heads)
+    k_lens = k_lens or q_lens
+    head_size = 12
+    query = torch.randn(sum(q_lens), num_heads, head_size, generator=gen)
+    key = torch.randn(sum(k_lens), num_kv_heads, head_size, generator=gen)
+    value = torch.randn(sum(k_lens), num_kv_heads, head_size, generator=gen)
+    bias_fn = _TableBias(num_heads, gen)
+    got = varlen_attention(query, key, value, make_bias(kind, q_lens, k_lens), 1.0, position_bias=bias_fn)
+    want = _reference_prefill(query, key, value, q_lens, k_lens, kind != "none", bias_fn)
+    torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_decode_bias_is_the_last_row_of_the_prefill_mask():
+    bias_fn = _TableBias(3, torch.Generator().manual_seed(5))
+    lens = torch.tensor([1, 6, 11], dtype=torch.int32)
+    decode = decode_position_bias(bias_fn, lens, 11)
+    assert decode.shape == (3, 3, 11) and decode.dtype == torch.float32
+    for row, n in enumerate(lens.tolist()):
+        mask = prefill_bias_mask(bias_fn, n, n, True, torch.float32, torch.device("cpu"))
+        torch.testing.assert_close(decode[row, :, :n], mask[0, :, -1, :], rtol=0, atol=0)
