@@ -63,10 +63,12 @@ def kv_blocks_needed(job: GenJob, block_size: int = 16) -> int:
 
 
 def run_ours(job: GenJob, dtype: str) -> EngineRun:
+    """`dtype` "int8" runs float32 with quantization="int8" (its KV cache in bfloat16, the engine's default)."""
     torch.set_num_threads(job.threads)
-    llm = LLM(job.model_dir, skip_tokenizer_init=True, dtype=dtype, max_num_seqs=256,
+    precision = dict(dtype="float32", quantization="int8") if dtype == "int8" else dict(dtype=dtype)
+    llm = LLM(job.model_dir, skip_tokenizer_init=True, max_num_seqs=256,
               num_gpu_blocks_override=kv_blocks_needed(job), swap_space_gb=0.01,
-              max_beam_width=max(job.beam, 1))
+              max_beam_width=max(job.beam, 1), **precision)
 
     def run_once(j: GenJob) -> List[List[int]]:
         if j.enc_dec:

@@ -54,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(Flan-T5-base shape)")
     parser.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
     parser.add_argument("--engines", default="ours,hf,ct2", help="comma list of ours, hf, ct2")
-    parser.add_argument("--ours-dtypes", default="float32,bfloat16")
+    parser.add_argument("--ours-dtypes", default="float32,bfloat16",
+                        help="comma list of float32, bfloat16, int8 (float32 with quantization='int8')")
     parser.add_argument("--ct2-dtypes", default="float32,int8")
     parser.add_argument("--num-prompts", type=int, default=0, help="override the workload's request count")
     parser.add_argument("--threads", type=int, default=2, help="torch threads and CT2 intra_threads")
