@@ -9,6 +9,7 @@ $SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -69,6 +70,18 @@ def convert_into_cache(name: str, convert: Callable[[str], Any], cache_dir: Opti
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def conversion_parser(module: str, what: str, ct2_dir_help: str) -> argparse.ArgumentParser:
+    """The converters' common arguments: ct2_dir, out_dir and --dtype (the dtype names of seq2seq_engine.config)."""
+    from seq2seq_engine.config import DTYPE_NAMES
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
+                                     description=f"Convert a CTranslate2 {what} directory to HF transformers.")
+    parser.add_argument("ct2_dir", help=ct2_dir_help)
+    parser.add_argument("out_dir", help="output HF directory (created)")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="float32",
+                        help="weight dtype (default float32)")
+    return parser
 
 
 def run_conversion_cli(convert: Callable[[], str]) -> int:

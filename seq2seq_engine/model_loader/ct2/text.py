@@ -11,7 +11,6 @@ the variables: seq2seq_engine/model_loader/ct2/text_spec.py), generation_config.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -20,8 +19,9 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from seq2seq_engine.config import DTYPE_NAMES, torch_dtype
-from seq2seq_engine.model_loader.conversion_cache import cache_entry_name, convert_into_cache, run_conversion_cli
+from seq2seq_engine.config import torch_dtype
+from seq2seq_engine.model_loader.conversion_cache import (cache_entry_name, conversion_parser, convert_into_cache,
+                                                          run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.bart_like_weights import bart_like_config, bart_like_state_dict
 from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files, read_ct2_model
 from seq2seq_engine.model_loader.ct2.t5_weights import t5_config, t5_state_dict
@@ -129,12 +129,8 @@ def load_ct2_text(ct2_dir: str, dtype: torch.dtype = torch.float32, cache_dir: O
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.model_loader.ct2.text",
-                                     description="Convert a CTranslate2 text model directory to HF transformers.")
-    parser.add_argument("ct2_dir", help="directory with model.bin, config.json and the vocabulary file(s)")
-    parser.add_argument("out_dir", help="output HF directory (created)")
-    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="float32",
-                        help="weight dtype (default float32)")
+    parser = conversion_parser("seq2seq_engine.model_loader.ct2.text", "text model",
+                               "directory with model.bin, config.json and the vocabulary file(s)")
     args = parser.parse_args(argv)
     return run_conversion_cli(lambda: ct2_text_to_hf(args.ct2_dir, args.out_dir, dtype=torch_dtype(args.dtype)))
 

@@ -11,7 +11,6 @@ fixed tokenizer (see seq2seq_engine/model_loader/ct2/whisper_tokenizer.py). Cach
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -20,9 +19,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from seq2seq_engine.config import DTYPE_NAMES, torch_dtype
-from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, convert_into_cache,
-                                                          run_conversion_cli)
+from seq2seq_engine.config import torch_dtype
+from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, conversion_parser,
+                                                          convert_into_cache, run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
 from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
                                                                write_fixed_tokenizer)
@@ -141,12 +140,8 @@ def load_ct2_whisper(ct2_dir: str, model_files: Optional[Sequence[str]] = None, 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq_engine.model_loader.ct2.whisper",
-                                     description="Convert a CTranslate2 Whisper model directory to HF transformers.")
-    parser.add_argument("ct2_dir", help="directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
-    parser.add_argument("out_dir", help="output HF directory (created)")
-    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="float32",
-                        help="weight dtype (default float32)")
+    parser = conversion_parser("seq2seq_engine.model_loader.ct2.whisper", "Whisper model",
+                               "directory with model.bin (or model.bin.partN), config.json, tokenizer.json")
     parser.add_argument("--model-file", action="append", default=None,
                         help="a model.bin or a part of it, in order (repeat); default: found in/next to ct2_dir")
     args = parser.parse_args(argv)
