@@ -24,7 +24,7 @@ import transformers  # noqa: E402
 from common import (EngineRun, EngineSpec, add_timing_args, environment_line, print_markdown, ratio_cells,  # noqa: E402
                     ratio_columns, run_rounds)
 from long_engines import LongJob, accepted_options, int8_supported, run_fw, run_ours  # noqa: E402
-from wer import corpus_wer, normalize  # noqa: E402
+from wer import corpus_wer, inserted_runs, normalize  # noqa: E402
 
 from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
 
@@ -164,6 +164,8 @@ def print_texts(runs: List[EngineRun], recordings: List[long_audio.Recording]) -
             print(f"  {run.label}:")
             for start, end, text in run.outputs[i]["segments"]:
                 print(f"    [{start:7.2f} - {end:7.2f}] {text.strip()}")
+            runs_inserted = inserted_runs(recording.reference, run.outputs[i]["text"])
+            print(f"    words inserted (aligned to the reference): {'; '.join(runs_inserted) or 'none'}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

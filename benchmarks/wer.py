@@ -36,3 +36,18 @@ def corpus_wer(pairs: Iterable[Tuple[str, str]]) -> float:
     references = [" ".join(normalize(reference)) for reference, _ in pairs]
     hypotheses = [" ".join(normalize(hypothesis)) for _, hypothesis in pairs]
     return jiwer.wer(references, hypotheses)
+
+
+def inserted_runs(reference: str, hypothesis: str) -> List[str]:
+    """The runs of words the hypothesis has and the reference does not (jiwer's alignment of the normalised texts),
+    each with the reference word before it for context: 'after: inserted words'."""
+    reference_words, hypothesis_words = normalize(reference), normalize(hypothesis)
+    if not reference_words:
+        return [" ".join(hypothesis_words)] if hypothesis_words else []
+    output = jiwer.process_words(" ".join(reference_words), " ".join(hypothesis_words))
+    runs = []
+    for chunk in output.alignments[0]:
+        if chunk.type == "insert":
+            before = reference_words[chunk.ref_start_idx - 1] if chunk.ref_start_idx > 0 else "^"
+            runs.append(f"{before}: {' '.join(hypothesis_words[chunk.hyp_start_idx:chunk.hyp_end_idx])}")
+    return runs

@@ -37,3 +37,11 @@ def test_corpus_wer_is_total_errors_over_total_reference_words(wer_module):
     assert wer_module.corpus_wer(iter(pairs)) == pytest.approx(0.2)  # any iterable, as transcribe.py passes one
     assert wer_module.corpus_wer([]) == 0.0
     assert wer_module.wer("", "hello there") == 2.0  # no reference words: the error count itself
+
+
+def test_inserted_runs_name_each_run_after_its_reference_word(wer_module):
+    runs = wer_module.inserted_runs("The cat sat on the mat.", "The cat sat down on the big mat. Thank you!")
+    assert runs == ["sat: down", "the: big", "mat: thank you"]
+    assert wer_module.inserted_runs("Ten apples.", "10 apples") == []   # the normaliser makes them one word
+    assert wer_module.inserted_runs("", "Hello there") == ["hello there"]
+    assert wer_module.inserted_runs("a b", "x a b") == ["^: x"]
