@@ -1,4 +1,4 @@
-"""Reader for CTranslate2 `model.bin` files, binary version 6.
+"""Readers for CTranslate2 directories: `model.bin` files (binary version 6) and config.json.
 
 Little-endian throughout: u32 version; spec name (u16 length counting a trailing NUL, then the bytes); u32 spec
 revision; u32 variable count; per variable: name, u8 rank, rank x u32 dims, u8 dtype, u32 byte count, raw bytes;
@@ -7,6 +7,7 @@ is read by streaming the parts one after another (nothing is joined on disk).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
@@ -71,6 +72,22 @@ class _ConcatReader:
         if raw.endswith(b"\0"):
             raw = raw[:-1]
         return raw.decode("utf-8")
+
+
+def read_ct2_config(ct2_dir: Union[str, os.PathLike]) -> dict:
+    """A CTranslate2 directory's config.json ({} when it has none); an HF transformers config.json (one with
+    `architectures`) or one that is not a JSON object is refused."""
+    path = os.path.join(ct2_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a CTranslate2 config.json")
+    if "architectures" in config:
+        raise ValueError(f"{os.fspath(ct2_dir)!r} looks like an HF transformers directory (config.json has "
+                         f"architectures), not a CTranslate2 one")
+    return config
 
 
 def model_bin_files(ct2_dir: Union[str, os.PathLike]) -> List[str]:

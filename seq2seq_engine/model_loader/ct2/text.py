@@ -23,7 +23,7 @@ from seq2seq_engine.config import torch_dtype
 from seq2seq_engine.model_loader.conversion_cache import (cache_entry_name, conversion_parser, convert_into_cache,
                                                           run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.bart_like_weights import bart_like_config, bart_like_state_dict
-from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files, read_ct2_model
+from seq2seq_engine.model_loader.ct2.model_bin import model_bin_files, read_ct2_config, read_ct2_model
 from seq2seq_engine.model_loader.ct2.t5_weights import t5_config, t5_state_dict
 from seq2seq_engine.model_loader.ct2.text_spec import TRANSFORMER_SPEC, TextSpec, read_text_spec
 from seq2seq_engine.model_loader.ct2.text_vocab import (HF_TOKENIZER_FILES, MARIAN_PAD, copy_hf_tokenizer,
@@ -37,17 +37,6 @@ CONVERTER_VERSION = 1
 _T5_EPSILON = 1e-6
 
 __all__ = ["ct2_text_to_hf", "load_ct2_text", "main"]
-
-
-def _ct2_config(ct2_dir: str) -> dict:
-    path = os.path.join(ct2_dir, "config.json")
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
-    if not isinstance(config, dict) or "architectures" in config:
-        raise ValueError(f"{path} is not a CTranslate2 config.json")
-    return config
 
 
 def _hf_config(spec: TextSpec, ct2_config: dict, token_ids: Dict[str, int], tied: bool, dtype: torch.dtype):
@@ -81,7 +70,7 @@ def ct2_text_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.float3
 
     ct2_dir, out_dir = os.fspath(ct2_dir), os.fspath(out_dir)
     files = model_bin_files(ct2_dir)
-    ct2_config = _ct2_config(ct2_dir)
+    ct2_config = read_ct2_config(ct2_dir)
     name, revision, variables, aliases = read_ct2_model(files)
     if name != TRANSFORMER_SPEC:
         raise ValueError(f"{files[0]} holds a CTranslate2 {name!r} model, not {TRANSFORMER_SPEC!r}")

@@ -22,7 +22,8 @@ import torch
 from seq2seq_engine.config import torch_dtype
 from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, conversion_parser,
                                                           convert_into_cache, run_conversion_cli)
-from seq2seq_engine.model_loader.ct2.model_bin import BINARY_VERSION, model_bin_files, read_ct2_header, read_ct2_model
+from seq2seq_engine.model_loader.ct2.model_bin import (BINARY_VERSION, model_bin_files, read_ct2_config,
+                                                       read_ct2_header, read_ct2_model)
 from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
                                                                write_fixed_tokenizer)
 from seq2seq_engine.model_loader.ct2.whisper_weights import ct2_to_hf_state_dict, whisper_dims
@@ -33,18 +34,6 @@ CONVERTER_VERSION = 1
 WHISPER_SPEC = "WhisperSpec"
 
 __all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "CACHE_ENV", "main"]
-
-
-def _ct2_config(ct2_dir: str) -> dict:
-    path = os.path.join(ct2_dir, "config.json")
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
-    if "architectures" in config:
-        raise ValueError(f"{ct2_dir!r} looks like an HF transformers directory (config.json has architectures), "
-                         f"not a CTranslate2 one")
-    return config
 
 
 def _generation_config(ct2_dir: str, ct2_config: dict, vocab, ids: dict, dims: dict, suppress: list,
@@ -81,7 +70,7 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
 
     ct2_dir, out_dir = os.fspath(ct2_dir), os.fspath(out_dir)
     files = list(model_files) if model_files else model_bin_files(ct2_dir)
-    ct2_config = _ct2_config(ct2_dir)
+    ct2_config = read_ct2_config(ct2_dir)
     spec, revision, variables, aliases = read_ct2_model(files)
     if spec != WHISPER_SPEC:
         raise ValueError(f"{files[0]} holds a CTranslate2 {spec!r} model, not {WHISPER_SPEC!r}")
