@@ -1,4 +1,4 @@
-"""The FastAPI application: routes, error handlers and middleware over one ServerState."""
+"""The FastAPI application: routes, error handlers and middleware over the served models (ServedModels)."""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
@@ -11,43 +11,43 @@ from seq2seq_engine.entrypoints.openai.errors import APIError, install_error_han
 from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
-from seq2seq_engine.entrypoints.openai.state import ServerState
+from seq2seq_engine.entrypoints.openai.state import ServedModels
 
 
-def build_app(state: ServerState) -> FastAPI:
+def build_app(models: ServedModels) -> FastAPI:
     app = FastAPI(title="seq2seq-engine", docs_url=None, redoc_url=None)
-    app.state.server = state
+    app.state.server = models
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=state.settings.max_upload_bytes)
-    app.add_middleware(ApiKeyMiddleware, api_key=state.settings.api_key)
-    _info_routes(app, state)
-    _token_routes(app, state)
-    _generation_routes(app, state)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=models.settings.max_upload_bytes)
+    app.add_middleware(ApiKeyMiddleware, api_key=models.settings.api_key)
+    _info_routes(app, models)
+    _token_routes(app, models)
+    _generation_routes(app, models)
     return app
 
 
-def _info_routes(app: FastAPI, state: ServerState) -> None:
+def _info_routes(app: FastAPI, models: ServedModels) -> None:
     @app.get("/health")
     async def health() -> Response:
-        if not state.loop.alive:
-            raise APIError("the engine loop has stopped", 503)
+        if not models.alive:
+            raise APIError("an engine loop has stopped", 503)
         return Response(status_code=200)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(models.states[0].metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "seq2seq-engine",
-                "max_model_len": state.model_config.max_model_len}
-        return JSONResponse({"object": "list", "data": [card]})
+    async def list_models() -> JSONResponse:
+        cards = [{"id": state.model_name, "object": "model", "created": state.created, "owned_by": "seq2seq-engine",
+                  "max_model_len": state.model_config.max_model_len} for state in models.states]
+        return JSONResponse({"object": "list", "data": cards})
 
 
-def _token_routes(app: FastAPI, state: ServerState) -> None:
+def _token_routes(app: FastAPI, models: ServedModels) -> None:
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> JSONResponse:
-        state.check_model(body.model)
+        state = models.resolve(body.model)
         if (body.prompt is None) == (body.messages is None):
             raise APIError("send either prompt or messages", param="prompt")
         tokenizer = state.need_tokenizer()
@@ -60,7 +60,7 @@ def _token_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> JSONResponse:
-        state.check_model(body.model)
+        state = models.resolve(body.model)
         vocab_size = state.model_config.vocab_size
         bad = [token for token in body.tokens if not 0 <= token < vocab_size]
         if bad:
@@ -68,19 +68,19 @@ def _token_routes(app: FastAPI, state: ServerState) -> None:
         return JSONResponse({"prompt": state.need_tokenizer().decode(body.tokens)})
 
 
-def _generation_routes(app: FastAPI, state: ServerState) -> None:
+def _generation_routes(app: FastAPI, models: ServedModels) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        return await create_completion(body, request, state)
+        return await create_completion(body, request, models.resolve(body.model))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        return await create_chat_completion(body, request, state)
+        return await create_chat_completion(body, request, models.resolve(body.model))
 
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request):
-        return await create_transcription(request, state, "transcribe")
+        return await create_transcription(request, models, "transcribe")
 
     @app.post("/v1/audio/translations")
     async def translations(request: Request):
-        return await create_transcription(request, state, "translate")
+        return await create_transcription(request, models, "translate")

@@ -13,19 +13,22 @@ from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
 from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
-from seq2seq_engine.entrypoints.openai.state import ServerState
+from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.results import TranscriptionResult, render
 
 
-async def create_transcription(request: Request, state: ServerState, task: str):
-    if not state.takes_audio:
-        raise APIError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)", param="model")
+async def create_transcription(request: Request, models: ServedModels, task: str):
+    if not any(state.takes_audio for state in models.states):
+        raise APIError(f"no model of this server takes audio (none is a Whisper model): {list(models.names)}",
+                       param="model")
     async with request.form(max_files=1, max_fields=100) as form:
-        audio = await parse_audio_form(form, task, state.settings.max_upload_bytes)
+        audio = await parse_audio_form(form, task, models.settings.max_upload_bytes)
     if audio.model is None:
         raise APIError("model is required", param="model")
-    state.check_model(audio.model)
+    state = models.resolve(audio.model)
+    if not state.takes_audio:
+        raise APIError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)", param="model")
     try:
         job = TranscriptionJob(state.engine, [audio.data], audio.options, stream=audio.stream)
     except (ValueError, TypeError) as error:

@@ -9,6 +9,9 @@ import queue
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
+
+from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
 
@@ -47,10 +50,12 @@ _STOP = object()
 class EngineLoop:
     """Runs `engine.step()` while any request or transcription job is unfinished, and sleeps on its inbox otherwise.
     Only this thread calls the engine's add_request / step / abort_request; every other thread uses the methods
-    below, which only post to the inbox."""
+    below, which only post to the inbox. Loops of one process that share `cores` divide its threads among those
+    with work before each step."""
 
-    def __init__(self, engine: Any, metrics: ServerMetrics) -> None:
+    def __init__(self, engine: Any, metrics: ServerMetrics, cores: Optional[CoreShare] = None) -> None:
         self.engine, self.metrics = engine, metrics
+        self._cores = cores
         self._inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._sinks: Dict[str, Sink] = {}
         self._jobs: Dict[str, Tuple[Any, Sink]] = {}
@@ -93,17 +98,31 @@ class EngineLoop:
             while self._handle_inbox(block=not self._busy()):
                 self._fill_jobs()
                 if self.engine.has_unfinished_requests():
+                    self._share_cores()
                     self._step()
                 self._collect_jobs()
                 self.metrics.engine_state(self.engine)
         finally:
+            if self._cores is not None:
+                self._cores.release(id(self))
             self._abort_all()
 
     def _busy(self) -> bool:
         return bool(self._jobs) or self.engine.has_unfinished_requests()
 
+    def _share_cores(self) -> None:
+        """Run this step with this loop's share of the process's threads (set on this thread only). The count is
+        read back first: torch's first read on a thread initialises it from the process-wide last value set."""
+        if self._cores is None:
+            return
+        threads = self._cores.threads_for_step(id(self))
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
     def _handle_inbox(self, block: bool) -> bool:
         """Apply every queued command (waiting for one when idle); False once asked to stop."""
+        if block and self._cores is not None:
+            self._cores.release(id(self))
         while True:
             try:
                 command = self._inbox.get(block=block)

@@ -19,16 +19,15 @@ class _Timing:
     num_tokens: int = 0
 
 
-class ServerMetrics:
-    """One registry per server (no process-wide state); the engine thread updates it, /metrics renders it."""
+class MetricFamilies:
+    """The server's metric families in one registry (one per server, no process-wide state), each labelled by
+    model_name; GET /metrics renders them for every served model at once."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        labels, values = ["model_name"], [model_name]
 
         def make(kind, name, documentation, **kwargs):
-            return kind(f"seq2seq_engine:{name}", documentation, labels, registry=self.registry,
-                        **kwargs).labels(*values)
+            return kind(f"seq2seq_engine:{name}", documentation, ["model_name"], registry=self.registry, **kwargs)
 
         self.running = make(Gauge, "num_requests_running", "Requests in the running queue")
         self.waiting = make(Gauge, "num_requests_waiting", "Requests waiting to be admitted")
@@ -41,16 +40,32 @@ class ServerMetrics:
         self.generation_tokens = make(Counter, "generation_tokens", "Tokens generated")
         self.audio_seconds = make(Counter, "audio_seconds", "Seconds of audio transcribed")
         self.requests = make(Counter, "requests_finished", "Requests finished (aborted ones included)")
-        self.ttft = make(Histogram, "time_to_first_token_seconds", "Time to first token",
-                         buckets=_LATENCY_BUCKETS)
+        self.ttft = make(Histogram, "time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS)
         self.itl = make(Histogram, "inter_token_latency_seconds", "Time between tokens of a request",
                         buckets=_TOKEN_BUCKETS)
         self.e2e = make(Histogram, "e2e_request_latency_seconds", "Arrival to last token", buckets=_LATENCY_BUCKETS)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+_FAMILY_NAMES = ("running", "waiting", "swapped", "kv_usage", "free_blocks", "total_blocks", "preemptions",
+                 "prompt_tokens", "generation_tokens", "audio_seconds", "requests", "ttft", "itl", "e2e")
+
+
+class ServerMetrics:
+    """One served model's series of the families (its own families when none are given); the engine thread
+    updates them, /metrics renders the families."""
+
+    def __init__(self, model_name: str, families: Optional[MetricFamilies] = None) -> None:
+        self.families = families if families is not None else MetricFamilies()
+        for name in _FAMILY_NAMES:
+            setattr(self, name, getattr(self.families, name).labels(model_name))
         self._timings: Dict[str, _Timing] = {}
         self._preemptions_seen = 0
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.families.render()
 
     # ---------------------------------------------------------------- called on the engine thread
     def request_added(self, request_id: str) -> None:

@@ -1,5 +1,6 @@
-"""`seq2seq-engine serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25] [engine
-flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving")."""
+"""`seq2seq-engine serve MODEL [MODEL ...] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25]
+[engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving"). Several models share one server,
+one address and the process's cores; requests pick theirs by `model`."""
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", metavar="MODEL", nargs="+",
                         help="model directory, CTranslate2 Whisper directory, GGUF file or packaged name "
-                             "(smollm2-135m, whisper-tiny.en, whisper-base)")
-    parser.add_argument("--served-model-name", default=None, help="the name clients send as `model` (default: MODEL)")
+                             "(smollm2-135m, whisper-tiny.en, whisper-base); several serve side by side, each with "
+                             "the engine flags below (its own KV cache of --kv-cache-space-gb)")
+    parser.add_argument("--served-model-name", nargs="+", default=None,
+                        help="the names clients send as `model`, one per MODEL (default: each MODEL)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
@@ -50,6 +53,17 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
+def served_names(args: argparse.Namespace) -> list:
+    """The name of each MODEL as clients send it; ValueError unless one per model, all different."""
+    names = args.served_model_name or args.model
+    if len(names) != len(args.model):
+        raise ValueError(f"--served-model-name needs one name per MODEL: {len(args.model)} models, "
+                         f"{len(names)} names")
+    if len(set(names)) != len(names):
+        raise ValueError(f"each served model needs its own name, got {names}; set --served-model-name")
+    return list(names)
+
+
 def run(args: argparse.Namespace) -> int:
     from seq2seq_engine.engine.arg_utils import EngineArgs
     from seq2seq_engine.engine.llm_engine import LLMEngine
@@ -58,13 +72,15 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        names = served_names(args)
         settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024))
-        engine = LLMEngine.from_engine_args(EngineArgs(model=args.model, **engine_kwargs(args)))
+        engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
+                   for name, model in zip(names, args.model)}
     except (ValueError, TypeError, FileNotFoundError) as error:
         sys.stderr.write(f"seq2seq-engine serve: error: {error}\n")
         return EXIT_USAGE
     try:
-        serve(engine, args.served_model_name or args.model, settings)
+        serve(engines, settings)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, once the server has stopped
         pass
     return EXIT_OK

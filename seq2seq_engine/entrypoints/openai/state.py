@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError
@@ -65,3 +65,40 @@ class ServerState:
         if self.tokenizer is None:
             raise APIError("this server runs without a tokenizer (--skip-tokenizer-init): send token ids")
         return self.tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedModels:
+    """Every model one server serves (one ServerState each, in command-line order) and the server's limits;
+    requests find their model by the name they send."""
+
+    states: Tuple[ServerState, ...]
+    settings: ServerSettings
+
+    def __post_init__(self) -> None:
+        names = [state.model_name for state in self.states]
+        if not names:
+            raise ValueError("a server needs at least one model")
+        if len(set(names)) != len(names):
+            raise ValueError(f"served model names must differ, got {names}")
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        return tuple(state.model_name for state in self.states)
+
+    @property
+    def alive(self) -> bool:
+        return all(state.loop.alive for state in self.states)
+
+    def resolve(self, name: Optional[str]) -> ServerState:
+        """The model a request names (the only one when it names none); 404 model_not_found otherwise."""
+        if name is None and len(self.states) == 1:
+            return self.states[0]
+        if name is None:
+            raise APIError(f"model is required: this server serves {list(self.names)}", param="model")
+        for state in self.states:
+            if state.model_name == name:
+                return state
+        served = repr(self.names[0]) if len(self.states) == 1 else str(list(self.names))
+        raise APIError(f"the model {name!r} does not exist; this server serves {served}", 404, param="model",
+                       code="model_not_found")

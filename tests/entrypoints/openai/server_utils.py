@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.llm_engine import LLMEngine
@@ -22,28 +22,37 @@ def build_engine(model_dir: str, **kwargs: Any) -> LLMEngine:
 
 @contextlib.contextmanager
 def running_server(engine: LLMEngine, model_name: str, **settings: Any) -> Iterator[RunningServer]:
-    server = start_in_thread(engine, model_name, ServerSettings(host="127.0.0.1", port=0, **settings))
+    with running_models({model_name: engine}, **settings) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_models(engines: Dict[str, LLMEngine], **settings: Any) -> Iterator[RunningServer]:
+    """One server for several models ({served name: engine})."""
+    server = start_in_thread(engines, ServerSettings(host="127.0.0.1", port=0, **settings))
     try:
         yield server
     finally:
         server.stop()
 
 
-def pool_state(server: RunningServer) -> dict:
-    """Free and total device blocks, cross tables and unfinished requests, read between two engine steps."""
+def pool_state(server: RunningServer, model_name: Optional[str] = None) -> dict:
+    """Free and total device blocks, cross tables and unfinished requests of a model (the only one when None),
+    read between two engine steps."""
     def read(engine: Any) -> dict:
         manager = engine.scheduler.block_manager
         return {"free": manager.get_num_free_gpu_blocks(), "total": manager.num_total_gpu_blocks,
                 "cross_tables": len(manager.cross_block_tables), "self_tables": len(manager.block_tables),
                 "unfinished": engine.get_num_unfinished_requests()}
-    return server.state.loop.call(read).result(timeout=30)
+    return server.models.resolve(model_name).loop.call(read).result(timeout=30)
 
 
-def wait_until_idle(server: RunningServer, timeout: float = 60) -> dict:
-    """The pool state once the engine holds no request (or the last state read when `timeout` passes)."""
+def wait_until_idle(server: RunningServer, model_name: Optional[str] = None, timeout: float = 60) -> dict:
+    """The pool state of a model (the only one when None) once its engine holds no request (or the last state read
+    when `timeout` passes)."""
     deadline = time.monotonic() + timeout
-    state = pool_state(server)
+    state = pool_state(server, model_name)
     while state["unfinished"] and time.monotonic() < deadline:
         time.sleep(0.1)
-        state = pool_state(server)
+        state = pool_state(server, model_name)
     return state
