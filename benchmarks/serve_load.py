@@ -2,19 +2,22 @@
 completions and transcriptions at a bounded request rate and a time limit, then the same requests offline
 (`LLM.generate`, `llm.transcribe`) in the same run; optionally 100 clients that disconnect mid-stream.
 
-The servers run in this process on background threads (`start_in_thread`: a real uvicorn on 127.0.0.1): one for
-the text model (chat + completions) and, unless --audio-model '', one for the Whisper model (transcriptions).
-Reports requests/s, time to first token and end-to-end p50/p99, output tokens/s, errors and lost requests, the
-offline run's time for the same work and the throughput ratio, and whether every KV block is free at the end.
+The server is one `seq2seq-engine serve` child process on 127.0.0.1 serving the text model (chat + completions)
+and, unless --audio-model '', the Whisper model (transcriptions) side by side, as deployed (`load_servers.py`;
+--one-model-per-server: a process per model; --in-process: the same server on a thread of this process). Reports requests/s, time to
+first token and end-to-end p50/p99, output tokens/s, the clients' CPU time, errors and lost requests, the offline
+run's time for the same work (`serve_offline.py`) and the throughput ratio, and whether every KV block is free at
+the end (read from each server's /metrics). With --rounds N the load and the offline run alternate N times each.
 Exit status 1 when a request failed or was lost, or blocks are held.
 
-    .venv/bin/python benchmarks/serve_load.py --num-requests 500 --rate 20 --time-limit 600
+    .venv/bin/python benchmarks/serve_load.py --num-requests 500 --rate 20 --time-limit 600 --rounds 3
     .venv/bin/python benchmarks/serve_load.py --num-requests 20 --rate 5 --max-tokens 8 --disconnects 100
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import glob
 import importlib.util
 import json
@@ -22,18 +25,15 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
 import httpx
+from load_servers import ServerProcess, start_in_process, start_server
+from serve_offline import offline_run
 
-from seq2seq_engine import LLM
-from seq2seq_engine.engine.arg_utils import EngineArgs
-from seq2seq_engine.engine.llm_engine import LLMEngine
-from seq2seq_engine.entrypoints.openai.server import RunningServer, start_in_thread
-from seq2seq_engine.entrypoints.openai.state import ServerSettings
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 TOPICS = ["rivers", "bread", "volcanoes", "chess", "bicycles", "owls", "glass", "tides", "maps", "violins", "salt",
@@ -55,6 +55,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-space-gb", type=float, default=1.0)
     parser.add_argument("--disconnects", type=int, default=0, help="then N clients that leave mid-stream")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=1, help="server load and offline run this many times each, "
+                                                              "alternating which goes first; the fastest compared")
+    parser.add_argument("--in-process", action="store_true", help="the server on a thread of this process instead "
+                                                                  "of a `seq2seq-engine serve` child process")
+    parser.add_argument("--one-model-per-server", action="store_true",
+                        help="a `serve` process per model instead of one serving both")
+    parser.add_argument("--server-threads", type=int, default=None,
+                        help="OMP_NUM_THREADS of each server process (default: torch's, one per core, "
+                             "as `seq2seq-engine serve` runs)")
     return parser.parse_args(argv)
 
 
@@ -114,7 +123,7 @@ async def run_load(urls: Dict[str, str], requests: List[Dict[str, Any]], args) -
             except Exception as error:  # counted and reported, never fatal
                 errors.append(f"{request['kind']}: {type(error).__name__}: {error}")
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     async with httpx.AsyncClient(timeout=args.time_limit) as client:
         tasks = []
         for number, request in enumerate(requests):
@@ -125,7 +134,8 @@ async def run_load(urls: Dict[str, str], requests: List[Dict[str, Any]], args) -
                 break
             tasks.append(asyncio.create_task(guarded(request)))
         await asyncio.wait(tasks, timeout=max(1.0, deadline - time.perf_counter()) if tasks else None)
-    return {"sent": len(tasks), "results": results, "errors": errors, "wall": time.perf_counter() - start}
+    return {"sent": len(tasks), "results": results, "errors": errors, "wall": time.perf_counter() - start,
+            "client_cpu": time.process_time() - cpu_start}
 
 
 async def disconnect_clients(url: str, args) -> int:
@@ -143,73 +153,51 @@ async def disconnect_clients(url: str, args) -> int:
     return sum(1 for item in done if item is True)
 
 
-def held_blocks(server: RunningServer, timeout: float = 60) -> int:
-    """Device blocks still held once the engine is idle (0 when every block is back)."""
-    def read(engine):
-        manager = engine.scheduler.block_manager
-        return engine.get_num_unfinished_requests(), manager.num_total_gpu_blocks - manager.get_num_free_gpu_blocks()
-    deadline = time.monotonic() + timeout
-    unfinished, held = server.state.loop.call(read).result()
-    while (unfinished or held) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        unfinished, held = server.state.loop.call(read).result()
-    return held
-
-
 def percentile(values: List[float], q: float) -> float:
     values = sorted(v for v in values if v is not None)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def offline_run(text_dir: str, audio_dir: Optional[str], requests: List[Dict[str, Any]], args) -> Dict[str, float]:
-    """The same requests without the server: the text prompts through LLM.generate at once, then the
-    transcriptions through llm.transcribe at once; output tokens and the wall time of each part."""
-    tokens, text_wall = offline_text(text_dir, requests, args)
-    clips = [r["clip"] for r in requests if r["kind"] == "transcription"]
-    audio_wall = 0.0
-    if audio_dir is not None and clips:
-        llm = LLM(audio_dir, max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb)
-        start = time.perf_counter()
-        llm.transcribe(clips, use_tqdm=False)
-        audio_wall = time.perf_counter() - start
-    return {"tokens": tokens, "text_wall": text_wall, "audio_wall": audio_wall}
-
-
-def offline_text(model_dir: str, requests: List[Dict[str, Any]], args) -> Tuple[int, float]:
-    """The same text prompts (chat rendered with the tokenizer's template) through LLM.generate at once."""
-    llm = LLM(model_dir, max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb)
-    tokenizer = llm.get_tokenizer()
-    prompts = [{"prompt_token_ids": tokenizer.encode(tokenizer.apply_chat_template(
-        r["messages"], tokenize=False, add_generation_prompt=True), add_special_tokens=False)}
-        if r["kind"] == "chat" else r["prompt"] for r in requests if r["kind"] != "transcription"]
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, {"max_tokens": args.max_tokens, "temperature": 0.0}, use_tqdm=False)
-    wall = time.perf_counter() - start
-    return sum(len(o.outputs[0].token_ids) for o in outputs), wall
-
-
-def report(load: Dict[str, Any], offline: Dict[str, float], held: Dict[str, int], left: Optional[int], args) -> bool:
+def print_load(load: Dict[str, Any]) -> int:
+    """The server run's row; returns the number of lost requests (sent, never answered nor failed)."""
     results = load["results"]
     text = [r for r in results if r["kind"] != "transcription"]
-    tokens = sum(r["tokens"] for r in results)
     lost = load["sent"] - len(results) - len(load["errors"])
-    print("| sent | ok | errors | lost | req/s | TTFT p50 / p99 s | e2e p50 / p99 s | output tok/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| {load['sent']} | {len(results)} | {len(load['errors'])} | {lost} | {len(results) / load['wall']:.2f} "
+    print(f"| server | {load['sent']} | {len(results)} | {len(load['errors'])} | {lost} | {load['wall']:.1f} | "
+          f"{len(results) / load['wall']:.2f} "
           f"| {percentile([r['ttft'] for r in text], 0.5):.3f} / {percentile([r['ttft'] for r in text], 0.99):.3f} "
           f"| {percentile([r['e2e'] for r in results], 0.5):.3f} / {percentile([r['e2e'] for r in results], 0.99):.3f}"
-          f" | {tokens / load['wall']:.1f} |")
-    offline_wall = offline["text_wall"] + offline["audio_wall"]
-    text_rate = offline["tokens"] / offline["text_wall"]
-    print(f"offline, the same requests: LLM.generate {offline['text_wall']:.1f} s ({text_rate:.1f} "
-          f"output tok/s) + llm.transcribe {offline['audio_wall']:.1f} s = {offline_wall:.1f} s; server "
-          f"{load['wall']:.1f} s; throughput server / offline = {offline_wall / load['wall']:.2f} (bounded by --rate)")
-    for error in load["errors"][:5]:
+          f" | {sum(r['tokens'] for r in results) / load['wall']:.1f} "
+          f"| {' + '.join(f'{cpu:.1f} ({name})' for name, cpu in load['server_cpu'].items()) or '-'} + "
+          f"{load['client_cpu']:.1f} (clients) |")
+    return lost
+
+
+def report(loads: List[Dict[str, Any]], offlines: List[Dict[str, float]], held: Dict[str, int],
+           left: Optional[int], args) -> bool:
+    """Per round a server row and an offline row, then the ratio of the fastest of each."""
+    print("| run | sent | ok | errors | lost | wall s | req/s | TTFT p50 / p99 s | e2e p50 / p99 s | output tok/s "
+          "| CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    lost = 0
+    for load, offline in zip(loads, offlines):
+        lost += print_load(load)
+        wall = offline["text_wall"] + offline["audio_wall"]
+        print(f"| offline: LLM.generate {offline['text_wall']:.1f} s + llm.transcribe {offline['audio_wall']:.1f} s "
+              f"| | | | | {wall:.1f} | | | | {offline['tokens'] / offline['text_wall']:.1f} (text part) "
+              f"| {offline['cpu']:.1f} |")
+    best_server = min(load["wall"] for load in loads)
+    best_offline = min(offline["text_wall"] + offline["audio_wall"] for offline in offlines)
+    print(f"fastest of {len(loads)} round(s): server {best_server:.1f} s, offline {best_offline:.1f} s; throughput "
+          f"server / offline = {best_offline / best_server:.2f} (bounded by --rate); per round: "
+          + ", ".join(f"{(o['text_wall'] + o['audio_wall']) / load['wall']:.2f}" for load, o in zip(loads, offlines)))
+    errors = [error for load in loads for error in load["errors"]]
+    for error in errors[:5]:
         print("error:", error)
     if left is not None:
         print(f"disconnected mid-stream: {left}/{args.disconnects}")
     print("blocks held at the end:", ", ".join(f"{name} {count}" for name, count in held.items()))
-    return not load["errors"] and lost == 0 and not any(held.values())
+    return not errors and lost == 0 and not any(held.values())
 
 
 def _package_folder(import_name: str) -> str:
@@ -221,34 +209,73 @@ def _package_folder(import_name: str) -> str:
     return list(spec.submodule_search_locations or [os.path.dirname(spec.origin)])[0]
 
 
+def start_servers(args: argparse.Namespace) -> Dict[str, Any]:
+    """The server of each kind of request ("text", and "audio" unless --audio-model ''): one `serve` child process
+    for both models (the default), one per model with --one-model-per-server, or one on a thread of this process
+    with --in-process."""
+    models = {"text": args.text_model, **({"audio": args.audio_model} if args.audio_model else {})}
+    if args.in_process:
+        engine_kwargs = dict(max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb,
+                             swap_space_gb=0.1)
+        server = start_in_process({name: resolve_model_path(name) for name in models.values()}, engine_kwargs)
+        return {kind: server for kind in models}
+    flags = ["--max-num-seqs", str(args.max_num_seqs), "--kv-cache-space-gb", str(args.kv_cache_space_gb),
+             "--swap-space-gb", "0.1"]
+    groups = [[kind] for kind in models] if args.one_model_per_server else [list(models)]
+    servers: Dict[str, Any] = {}
+    try:
+        for kinds in groups:
+            server = start_server({models[kind]: resolve_model_path(models[kind]) for kind in kinds}, flags,
+                                  args.server_threads)
+            servers.update({kind: server for kind in kinds})
+    except Exception:
+        stop_all(servers)
+        raise
+    return servers
+
+
+def stop_all(servers: Dict[str, Any]) -> None:
+    for server in {id(server): server for server in servers.values()}.values():
+        server.stop()
+
+
+def run_rounds(servers: Dict[str, Any], requests: List[Dict[str, Any]], args) -> tuple:
+    """--rounds times the load through the servers and the same work offline, alternating which goes first."""
+    audio_dir = resolve_model_path(args.audio_model) if args.audio_model else None
+    urls = {name: server.url for name, server in servers.items()}
+    loads, offlines = [], []
+    for number in range(args.rounds):
+        if number % 2:
+            offlines.append(offline_run(resolve_model_path(args.text_model), audio_dir, requests, args))
+        processes = {server.name: server for server in servers.values() if isinstance(server, ServerProcess)}
+        cpu_before = {name: server.cpu_seconds() for name, server in processes.items()}
+        loads.append(asyncio.run(run_load(urls, requests, args)))
+        loads[-1]["server_cpu"] = {name: processes[name].cpu_seconds() - value for name, value in cpu_before.items()}
+        if not number % 2:
+            offlines.append(offline_run(resolve_model_path(args.text_model), audio_dir, requests, args))
+        gc.collect()
+    return loads, offlines
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    text_dir = resolve_model_path(args.text_model)
-    settings = ServerSettings(host="127.0.0.1", port=0)
-    engine_kwargs = dict(max_num_seqs=args.max_num_seqs, kv_cache_space_gb=args.kv_cache_space_gb, swap_space_gb=0.1)
-    servers = {"text": start_in_thread(LLMEngine.from_engine_args(EngineArgs(model=text_dir, **engine_kwargs)),
-                                       args.text_model, settings)}
+    servers = start_servers(args)
     clips: List[str] = []
     if args.audio_model:
-        audio_engine = LLMEngine.from_engine_args(EngineArgs(model=resolve_model_path(args.audio_model),
-                                                             **engine_kwargs))
-        servers["audio"] = start_in_thread(audio_engine, args.audio_model, settings)
         clips = sorted(glob.glob(os.path.join(_package_folder("pytest_audioeval"), "samples", "audio", "en", "*.wav")))
     try:
         requests = make_requests(args, clips)
-        load = asyncio.run(run_load({name: server.url for name, server in servers.items()}, requests, args))
+        loads, offlines = run_rounds(servers, requests, args)
         left = asyncio.run(disconnect_clients(servers["text"].url, args)) if args.disconnects else None
-        held = {name: held_blocks(server) for name, server in servers.items()}
+        held = {kind: server.held_blocks(args.text_model if kind == "text" else args.audio_model)
+                for kind, server in servers.items()}
         if args.disconnects:
             check = httpx.post(f"{servers['text'].url}/v1/completions", timeout=60,
                                json={"model": args.text_model, "prompt": "Hi", "max_tokens": 2})
             print("server answers after the disconnects:", check.status_code == 200)
     finally:
-        for server in servers.values():
-            server.stop()
-    offline = offline_run(text_dir, resolve_model_path(args.audio_model) if args.audio_model else None, requests,
-                          args)
-    return 0 if report(load, offline, held, left, args) else 1
+        stop_all(servers)
+    return 0 if report(loads, offlines, held, left, args) else 1
 
 
 if __name__ == "__main__":
