@@ -4,11 +4,12 @@ completions and transcriptions at a bounded request rate and a time limit, then 
 
 The server is one `seq2seq-engine serve` child process on 127.0.0.1 serving the text model (chat + completions)
 and, unless --audio-model '', the Whisper model (transcriptions) side by side, as deployed (`load_servers.py`;
---one-model-per-server: a process per model; --in-process: the same server on a thread of this process). Reports requests/s, time to
-first token and end-to-end p50/p99, output tokens/s, the clients' CPU time, errors and lost requests, the offline
-run's time for the same work (`serve_offline.py`) and the throughput ratio, and whether every KV block is free at
-the end (read from each server's /metrics). With --rounds N the load and the offline run alternate N times each.
-Exit status 1 when a request failed or was lost, or blocks are held.
+--one-model-per-server: a process per model; --in-process: the same server on a thread of this process).
+Reports requests/s, time to first token and end-to-end p50/p99, output tokens/s, the CPU time of the servers and
+the clients, errors and lost requests, the offline run's time for the same work (`serve_offline.py`) and the
+throughput ratio, and whether every KV block is free at the end (read from the server's /metrics). With --rounds N
+the load and the offline run alternate N times each. Exit status 1 when a request failed or was lost, or blocks
+are held.
 
     .venv/bin/python benchmarks/serve_load.py --num-requests 500 --rate 20 --time-limit 600 --rounds 3
     .venv/bin/python benchmarks/serve_load.py --num-requests 20 --rate 5 --max-tokens 8 --disconnects 100
