@@ -1,13 +1,14 @@
 """Fused elementwise ops of the decoder layers (csrc/fused_ops_cpu.c), each with the plain-torch path it replaces.
 
 Every function takes the same arguments on both paths and computes what HF's modules compute (RMSNorm in float32
-then cast, neox rotary, SiLU-gated product), rounding where they round. The native path runs for CPU tensors of
+then cast, neox rotary, SiLU- and GELU-gated products), rounding where they round. The native path runs for CPU tensors of
 float32 or bfloat16 with unit stride along the last dimension; anything else (CUDA, float16, odd strides, no C
 compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) runs the torch path.
 """
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -71,6 +72,29 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     library.silu_and_mul(tensor_ptr(gate_up), tensor_ptr(out), ctypes.c_int64(tokens), ctypes.c_int64(width),
                          ctypes.c_int(DTYPE_CODES[gate_up.dtype]), ctypes.c_int(torch.get_num_threads()))
     return out
+
+
+def gelu_tanh_and_mul(gate_linear: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(gate) * linear for gate_linear = [gate | linear] along the last dimension (gated-GELU feed-forward:
+    T5 v1.1, Flan-T5, mT5). The native kernel serves float32 and rounds once, within a few ulps of HF's
+    ``gelu_new``; other dtypes keep the op-by-op torch formula (and its rounding after each op)."""
+    if gate_linear.shape[-1] % 2:
+        raise ValueError(f"gelu_tanh_and_mul: the last dimension ({gate_linear.shape[-1]}) must hold gate and "
+                         f"linear halves")
+    library = _library_for(gate_linear) if gate_linear.dtype == torch.float32 else None
+    if library is None or not gate_linear.is_contiguous():
+        gate, linear = gate_linear.chunk(2, dim=-1)
+        return _gelu_tanh_torch(gate) * linear
+    tokens, width = gate_linear.shape[0], gate_linear.shape[1] // 2
+    out = torch.empty(tokens, width, dtype=gate_linear.dtype)
+    library.gelu_tanh_and_mul_f32(tensor_ptr(gate_linear), tensor_ptr(out), ctypes.c_int64(tokens),
+                                  ctypes.c_int64(width), ctypes.c_int(torch.get_num_threads()))
+    return out
+
+
+def _gelu_tanh_torch(x: torch.Tensor) -> torch.Tensor:
+    # HF's NewGELUActivation, op by op
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 def _rms_norm_torch(x, weight, eps, residual):

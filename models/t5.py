@@ -1,6 +1,6 @@
 """T5, mT5, Flan-T5 (v1.1) and UMT5 on the engine's Attention layer: pre-norm blocks with RMS layer norms, no
-biases, unscaled attention with a bucketed relative position bias (computed from positions at every step, in
-prefill masks and in paged decode), ReLU or gated-GELU feed-forward.
+biases, unscaled attention with a bucketed relative position bias (computed from positions once per forward pass,
+as prefill masks and a paged-decode bias, and handed to every block), ReLU or gated-GELU feed-forward.
 
 T5/mT5 keep one bias table per stack, in its first block, shared by every block; UMT5 gives every block its own.
 With ``scale_decoder_outputs`` (HF's reading of ``tie_word_embeddings``) the decoder output is scaled by
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.attention import AttentionMetadata, AttentionType
+from seq2seq_engine.attention.position_bias import StepPositionBias, StepRelativeBuckets
 from seq2seq_engine.models.encoder_decoder_utils import EncoderDecoderForGeneration, KVCache, load_hf_weights
 from seq2seq_engine.models.t5_layers import T5LayerCrossAttention, T5LayerFF, T5LayerNorm, T5LayerSelfAttention
 
@@ -36,7 +37,8 @@ class T5Block(nn.Module):
         layers.append(T5LayerFF(hf_config))
         self.layer = nn.ModuleList(layers)
 
-    def forward(self, hidden_states: torch.Tensor, position_bias, encoder_hidden_states: Optional[torch.Tensor],
+    def forward(self, hidden_states: torch.Tensor, position_bias: StepPositionBias,
+                encoder_hidden_states: Optional[torch.Tensor],
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
         hidden_states = self.layer[0](hidden_states, kv_cache, attn_metadata, position_bias)
         if len(self.layer) == 3:
@@ -56,11 +58,18 @@ class T5Stack(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                 kv_caches: List[Optional[KVCache]], attn_metadata: AttentionMetadata) -> torch.Tensor:
-        shared_bias = self.block[0].layer[0].SelfAttention.position_bias
-        for block, kv_cache in zip(self.block, kv_caches):
-            bias = block.layer[0].SelfAttention.position_bias if self.bias_per_layer else shared_bias
+        for block, kv_cache, bias in zip(self.block, kv_caches, self.step_position_biases()):
             hidden_states = block(hidden_states, bias, encoder_hidden_states, kv_cache, attn_metadata)
         return self.final_layer_norm(hidden_states)
+
+    def step_position_biases(self) -> List[StepPositionBias]:
+        """Each block's position bias for one forward pass: the bucket indices are computed once for the stack,
+        and (T5/mT5) the masks and decode bias of the one shared table once for all blocks."""
+        first = self.block[0].layer[0].SelfAttention
+        buckets = StepRelativeBuckets(first.buckets)
+        if not self.bias_per_layer:
+            return [StepPositionBias(buckets, first.lookup)] * len(self.block)
+        return [StepPositionBias(buckets, block.layer[0].SelfAttention.lookup) for block in self.block]
 
 
 class T5ForConditionalGeneration(EncoderDecoderForGeneration):

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
-from seq2seq_engine.attention.position_bias import PositionBiasFn
+from seq2seq_engine.attention.position_bias import StepPositionBias
+from seq2seq_engine.kernels import native_fused as fused_ops
 from seq2seq_engine.models.encoder_decoder_utils import FusedLinear, KVCache
 from seq2seq_engine.models.utils import get_activation
 
@@ -66,12 +67,18 @@ class T5SelfAttention(nn.Module):
         self.max_distance = hf_config.relative_attention_max_distance
         self.relative_attention_bias = nn.Embedding(self.num_buckets, self.num_heads) if has_bias else None
 
+    def buckets(self, relative: torch.Tensor) -> torch.Tensor:
+        return relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+
+    def lookup(self, buckets: torch.Tensor) -> torch.Tensor:
+        """The bias [num_heads, *shape] of bucket indices of any shape."""
+        return self.relative_attention_bias.weight.t()[:, buckets]
+
     def position_bias(self, relative: torch.Tensor) -> torch.Tensor:
-        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.relative_attention_bias(buckets).movedim(-1, 0)
+        return self.lookup(self.buckets(relative))
 
     def forward(self, hidden_states: torch.Tensor, kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
-                position_bias: PositionBiasFn) -> torch.Tensor:
+                position_bias: StepPositionBias) -> torch.Tensor:
         q, k, v = self.qkv(hidden_states).split(self.inner_dim, dim=-1)
         return self.o(self.attn(q, k, v, kv_cache, attn_metadata, position_bias=position_bias))
 
@@ -113,6 +120,7 @@ class T5FeedForward(nn.Module):
         super().__init__()
         activation, self.gated = feed_forward_activation(hf_config)
         self.act = get_activation(activation)
+        self.fused_gelu = self.gated and activation in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
         self.d_ff = hf_config.d_ff
         if self.gated:
             self.wi = FusedLinear(hf_config.d_model, self.d_ff, ("wi_0", "wi_1"), bias=False)
@@ -123,7 +131,10 @@ class T5FeedForward(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if not self.gated:
             return self.wo(self.act(self.wi(hidden_states)))
-        gate, linear = self.wi(hidden_states).split(self.d_ff, dim=-1)
+        gate_linear = self.wi(hidden_states)
+        if self.fused_gelu and gate_linear.dtype == torch.float32:
+            return self.wo(fused_ops.gelu_tanh_and_mul(gate_linear))
+        gate, linear = gate_linear.split(self.d_ff, dim=-1)
         return self.wo(self.act(gate) * linear)
 
 
@@ -133,7 +144,7 @@ class T5LayerSelfAttention(nn.Module):
         self.SelfAttention = T5SelfAttention(hf_config, attn_type, has_bias)
         self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
 
-    def forward(self, hidden_states, kv_cache, attn_metadata, position_bias: PositionBiasFn) -> torch.Tensor:
+    def forward(self, hidden_states, kv_cache, attn_metadata, position_bias: StepPositionBias) -> torch.Tensor:
         return hidden_states + self.SelfAttention(self.layer_norm(hidden_states), kv_cache, attn_metadata,
                                                   position_bias)
 

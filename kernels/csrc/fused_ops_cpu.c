@@ -1,4 +1,5 @@
-/* Fused elementwise CPU kernels for the decoder layers: (residual add +) RMSNorm, neox rotary, SiLU-and-mul.
+/* Fused elementwise CPU kernels for the decoder layers: (residual add +) RMSNorm, neox rotary, SiLU-and-mul,
+ * GELU(tanh)-and-mul (float32).
  *
  * Built on first use by kernels/native.py and called through ctypes (front end: kernels/native_fused.py).
  * Each one replaces 4-10 small torch kernels with one pass over the rows, rounding where HF's module rounds:
@@ -138,5 +139,22 @@ void silu_and_mul(const void *gate_up, void *out, int64_t tokens, int64_t width,
             silu_and_mul_row(gate_up, token * 2 * width, out, token * width, width, DTYPE_F32);
         else
             silu_and_mul_row(gate_up, token * 2 * width, out, token * width, width, DTYPE_BF16);
+    }
+}
+
+/* out[t, i] = gelu_tanh(gate) * linear for float32 gate_linear [tokens, 2 * width] (gate first), with HF's gelu_new
+ * formula 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as written (its cancellation for negative x included,
+ * so results stay within a few ulps of HF's; tanhf vectorises through libmvec). out is contiguous [tokens, width]. */
+void gelu_tanh_and_mul_f32(const float *gate_linear, float *out, int64_t tokens, int64_t width, int num_threads) {
+    const float c = 0.7978845608028654f;
+#pragma omp parallel for num_threads(num_threads) if (tokens * width >= PARALLEL_MIN_ELEMENTS) schedule(static)
+    for (int64_t token = 0; token < tokens; token++) {
+        const float *gate = gate_linear + token * 2 * width, *linear = gate + width;
+        float *row = out + token * width;
+#pragma omp simd
+        for (int64_t i = 0; i < width; i++) {
+            const float x = gate[i];
+            row[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * (x * x * x)))) * linear[i];
+        }
     }
 }

@@ -6,10 +6,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from seq2seq_engine.attention.backends.torch_backend import KVCache, TorchAttentionBackend
+from seq2seq_engine.attention.backends.torch_backend import KVCache, PositionBias, TorchAttentionBackend
 from seq2seq_engine.attention.backends.xformers_backend import select_backend
 from seq2seq_engine.attention.metadata import AttentionMetadata
-from seq2seq_engine.attention.position_bias import PositionBiasFn
 from seq2seq_engine.attention.types import AttentionType
 
 
@@ -20,7 +19,8 @@ class Attention(nn.Module):
     For ENCODER_DECODER layers key/value are the encoder output's projections of this step's prefill
     requests, or None when the step has no prefill (decodes read the cross blocks).
     ``position_bias`` (ENCODER and DECODER layers; T5's relative position bias) maps relative positions (key minus
-    query) to an additive per-head bias; the backend computes the positions of each prefill block and decode row.
+    query) to an additive per-head bias; the backend computes the positions of each prefill block and decode row. A
+    ``StepPositionBias`` in its place hands every layer of a forward pass the masks and decode bias it built once.
     """
 
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None,
@@ -38,7 +38,7 @@ class Attention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
-                position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
+                position_bias: Optional[PositionBias] = None) -> torch.Tensor:
         backend = self.backend or select_backend(query.device)
         query = query.view(-1, self.num_heads, self.head_size)
         if key is not None:

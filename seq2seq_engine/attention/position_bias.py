@@ -1,8 +1,9 @@
 """Position-dependent attention biases (T5's relative position bias) as the backends apply them: a float mask per
-prefill block and a [num_seqs, num_heads, context] bias for paged decode, both computed from positions each step."""
+prefill block shape and a [num_seqs, num_heads, context] bias for paged decode, computed from positions once per
+forward pass (StepPositionBias) and handed to every layer that shares the table."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Dict, List, Tuple, Union
 
 import torch
 
@@ -10,22 +11,87 @@ import torch
 PositionBiasFn = Callable[[torch.Tensor], torch.Tensor]
 
 
+class StepRelativeBuckets:
+    """The bucket index of every relative position (key minus query) of one forward pass's prefill blocks and decode
+    rows, each computed on first use and then reused: layers with their own bias tables (UMT5) share these."""
+
+    def __init__(self, to_buckets: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.to_buckets = to_buckets
+        self._prefill: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._decode: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
+
+    def prefill(self, q_len: int, k_len: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(buckets, relative positions), both [q_len, k_len], of a block whose queries are its last q_len
+        positions (bottom-right aligned: a prefill continuing a cached context)."""
+        key = (q_len, k_len, device)
+        if key not in self._prefill:
+            query_positions = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+            relative = torch.arange(k_len, device=device)[None, :] - query_positions
+            self._prefill[key] = (self.to_buckets(relative), relative)
+        return self._prefill[key]
+
+    def decode(self, context_lens: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Buckets [num_seqs, max_len] of each decode query (the last position of its context) against cached
+        positions 0..max_len-1. The step's context lengths are one tensor that every layer passes."""
+        for lens, length, buckets in self._decode:
+            if lens is context_lens and length == max_len:
+                return buckets
+        query_positions = context_lens.to(torch.int64)[:, None] - 1
+        relative = torch.arange(max_len, device=context_lens.device)[None, :] - query_positions
+        buckets = self.to_buckets(relative)
+        self._decode.append((context_lens, max_len, buckets))
+        return buckets
+
+
+class StepPositionBias:
+    """One bias table's prefill masks and decode bias for one forward pass, computed on first use and reused by
+    every later layer (T5 and mT5 layers share one table, so one object serves a whole stack). ``lookup`` maps
+    bucket indices to the additive bias [num_heads, *shape]."""
+
+    def __init__(self, buckets: StepRelativeBuckets, lookup: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.buckets = buckets
+        self.lookup = lookup
+        self._masks: Dict[tuple, torch.Tensor] = {}
+        self._decode: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
+
+    def prefill_mask(self, q_len: int, k_len: int, causal: bool, dtype: torch.dtype,
+                     device: torch.device) -> torch.Tensor:
+        """Additive float mask [1, num_heads, q_len, k_len] (contiguous) of one prefill block whose queries are
+        its last q_len positions; -inf on future keys when causal."""
+        key = (q_len, k_len, causal, dtype, device)
+        if key not in self._masks:
+            buckets, relative = self.buckets.prefill(q_len, k_len, device)
+            mask = self.lookup(buckets).to(dtype)
+            if causal:
+                mask = mask.masked_fill(relative > 0, float("-inf"))
+            self._masks[key] = mask.unsqueeze(0).contiguous()
+        return self._masks[key]
+
+    def decode_bias(self, context_lens: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Float32 bias [num_seqs, num_heads, max_len] (contiguous) of each decode query against cached positions
+        0..max_len-1; entries past a sequence's context are never used (the kernels mask them)."""
+        for lens, length, bias in self._decode:
+            if lens is context_lens and length == max_len:
+                return bias
+        bias = self.lookup(self.buckets.decode(context_lens, max_len)).transpose(0, 1).float().contiguous()
+        self._decode.append((context_lens, max_len, bias))
+        return bias
+
+
+def as_step_bias(position_bias: Union[PositionBiasFn, StepPositionBias]) -> StepPositionBias:
+    """A StepPositionBias as given, or one over a plain function of relative positions (then nothing is shared
+    beyond the one call that builds it)."""
+    if isinstance(position_bias, StepPositionBias):
+        return position_bias
+    return StepPositionBias(StepRelativeBuckets(lambda relative: relative), position_bias)
+
+
 def prefill_bias_mask(position_bias: PositionBiasFn, q_len: int, k_len: int, causal: bool, dtype: torch.dtype,
                       device: torch.device) -> torch.Tensor:
-    """Additive float mask [1, num_heads, q_len, k_len] of one prefill block whose queries are its last q_len
-    positions (bottom-right aligned: a prefill continuing a cached context); -inf on future keys when causal."""
-    query_positions = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-    key_positions = torch.arange(k_len, device=device)[None, :]
-    relative = key_positions - query_positions
-    mask = position_bias(relative).to(dtype)
-    if causal:
-        mask = mask.masked_fill(relative > 0, float("-inf"))
-    return mask.unsqueeze(0)
+    """Additive float mask [1, num_heads, q_len, k_len] of one prefill block (see StepPositionBias.prefill_mask)."""
+    return as_step_bias(position_bias).prefill_mask(q_len, k_len, causal, dtype, device)
 
 
 def decode_position_bias(position_bias: PositionBiasFn, context_lens: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Bias [num_seqs, num_heads, max_len] of each decode query (the last position of its context) against cached
-    positions 0..max_len-1; entries past a sequence's context are never used (the kernel masks them)."""
-    query_positions = context_lens.to(torch.int64)[:, None] - 1
-    relative = torch.arange(max_len, device=context_lens.device)[None, :] - query_positions
-    return position_bias(relative).transpose(0, 1).float().contiguous()
+    """Bias [num_seqs, num_heads, max_len] of each decode query (see StepPositionBias.decode_bias)."""
+    return as_step_bias(position_bias).decode_bias(context_lens, max_len)

@@ -73,6 +73,25 @@ def test_silu_and_mul_matches_hf(kernel_path, dtype, tokens, width):
     _assert_close(native_fused.silu_and_mul(gate_up), expected, dtype)
 
 
+@pytest.mark.parametrize("tokens,width", [(1, 64), (64, 2048), (100, 1000)])
+def test_gelu_tanh_and_mul_matches_hf(kernel_path, tokens, width):
+    gate_linear = _randn(11, tokens, 2 * width, scale=4.0)
+    gate_linear[0, :4] = torch.tensor([-60.0, -12.0, 0.0, 60.0])     # the ends where exp would overflow
+    gate, linear = gate_linear[:, :width], gate_linear[:, width:]
+    expected = ACT2FN["gelu_new"](gate) * linear
+    got = native_fused.gelu_tanh_and_mul(gate_linear)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    # for negative gates HF's 1 + tanh(u) cancels: its rounding (an ulp of 1, times 0.5 * gate * linear) is the
+    # bound there; elsewhere a few ulps of the result
+    bound = 2e-6 * expected.abs() + 4 * torch.finfo(torch.float32).eps * (0.5 * gate * linear).abs()
+    assert ((got - expected).abs() <= bound).all()
+    bf16 = gate_linear.to(torch.bfloat16)   # other dtypes: HF's op-by-op formula and rounding
+    expected_bf16 = ACT2FN["gelu_new"](bf16[:, :width]) * bf16[:, width:]
+    assert torch.equal(native_fused.gelu_tanh_and_mul(bf16), expected_bf16)
+    with pytest.raises(ValueError, match="last dimension \\(7\\) must hold gate and linear halves"):
+        native_fused.gelu_tanh_and_mul(gate_linear[:, :7])
+
+
 def test_unsupported_inputs_take_the_torch_path(monkeypatch):
     """float16, a non-contiguous gate_up and mixed dtypes still give HF's result (the torch path runs)."""
     monkeypatch.setenv(native.NATIVE_ENV, "1")

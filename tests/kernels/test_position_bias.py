@@ -1,7 +1,7 @@
 """Attention with a position bias (T5's relative position bias) against plain-torch references on random inputs:
 paged decode (native C kernel and torch path, float32 and bfloat16, MHA/GQA) with a per-sequence, per-head bias
 over cached positions, block-diagonal prefill with the bias of each block's positions, and the decode bias against
-the last row of the prefill mask."""
+the last row of the prefill mask, and the per-forward-pass sharing of masks and bucket indices."""
 import math
 
 import pytest
@@ -10,7 +10,8 @@ from attention.test_varlen_attention import make_bias
 from kernel_reference import ref_gather_context
 
 from seq2seq_engine.attention.backends.torch_backend import varlen_attention
-from seq2seq_engine.attention.position_bias import decode_position_bias, prefill_bias_mask
+from seq2seq_engine.attention.position_bias import (StepPositionBias, StepRelativeBuckets, decode_position_bias,
+                                                    prefill_bias_mask)
 from seq2seq_engine.kernels import paged_attention
 
 
@@ -132,3 +133,32 @@ def test_decode_bias_is_the_last_row_of_the_prefill_mask():
     for row, n in enumerate(lens.tolist()):
         mask = prefill_bias_mask(bias_fn, n, n, True, torch.float32, torch.device("cpu"))
         torch.testing.assert_close(decode[row, :, :n], mask[0, :, -1, :], rtol=0, atol=0)
+
+
+def test_step_bias_builds_each_mask_once_and_shares_buckets_between_tables():
+    """One forward pass: a StepPositionBias hands every layer the mask and decode bias it built first; layers with
+    their own tables (UMT5) share the bucket indices but each get their own table's values."""
+    gen = torch.Generator().manual_seed(9)
+    tables = [torch.randn(4, 129, generator=gen) for _ in range(2)]
+    calls = []
+
+    def to_buckets(relative):
+        calls.append(tuple(relative.shape))
+        return relative.clamp(-64, 64) + 64
+
+    buckets = StepRelativeBuckets(to_buckets)
+    first, second = (StepPositionBias(buckets, lambda b, t=t: t[:, b]) for t in tables)
+    lens = torch.tensor([3, 7], dtype=torch.int32)
+    for step_bias, table in ((first, tables[0]), (second, tables[1])):
+        def plain(relative, table=table):
+            return table[:, relative.clamp(-64, 64) + 64]
+
+        mask = step_bias.prefill_mask(5, 9, True, torch.float32, torch.device("cpu"))
+        assert step_bias.prefill_mask(5, 9, True, torch.float32, torch.device("cpu")) is mask
+        assert mask.is_contiguous()
+        torch.testing.assert_close(mask, prefill_bias_mask(plain, 5, 9, True, torch.float32, torch.device("cpu")),
+                                   rtol=0, atol=0)
+        decode = step_bias.decode_bias(lens, 7)
+        assert step_bias.decode_bias(lens, 7) is decode
+        torch.testing.assert_close(decode, decode_position_bias(plain, lens, 7), rtol=0, atol=0)
+    assert calls == [(5, 9), (2, 7)]     # the second table reused the first one's buckets

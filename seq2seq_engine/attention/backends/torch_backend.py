@@ -1,7 +1,7 @@
 """The torch attention backend: prefill by scaled_dot_product_attention per bias block, decode by paged kernels."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -9,11 +9,12 @@ import torch.nn.functional as F
 from seq2seq_engine.attention.bias import (AttentionBias, BlockDiagonalCausalFromBottomRightMask, is_causal,
                                            segment_bounds)
 from seq2seq_engine.attention.metadata import AttentionMetadata
-from seq2seq_engine.attention.position_bias import PositionBiasFn, decode_position_bias, prefill_bias_mask
+from seq2seq_engine.attention.position_bias import PositionBiasFn, StepPositionBias, as_step_bias
 from seq2seq_engine.attention.types import AttentionType
 from seq2seq_engine.kernels import paged_attention, reshape_and_cache
 
 KVCache = Tuple[torch.Tensor, torch.Tensor]
+PositionBias = Union[PositionBiasFn, StepPositionBias]
 
 
 def _runs_of_equal_shape(bias: AttentionBias) -> List[Tuple[int, int, int, int, int]]:
@@ -36,10 +37,11 @@ def _causal_mask(q_len: int, k_len: int, bottom_right: bool, device: torch.devic
 
 
 def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: AttentionBias,
-                     scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
+                     scale: float, position_bias: Optional[PositionBias] = None) -> torch.Tensor:
     """Block-diagonal attention. query [Tq, H, D]; key/value [Tk, Hkv, D]; returns [Tq, H, D]. With
     ``position_bias`` each block's scores get the bias of its (query, key) positions, queries bottom-right
-    aligned."""
+    aligned (a StepPositionBias hands back the masks it already built for an earlier layer)."""
+    step_bias = None if position_bias is None else as_step_bias(position_bias)
     num_heads, head_size = query.shape[1], query.shape[2]
     num_kv_heads = key.shape[1]
     causal = is_causal(bias)
@@ -50,10 +52,10 @@ def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         k = key[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
         v = value[k_start:k_start + count * k_len].view(count, k_len, num_kv_heads, head_size).transpose(1, 2)
         mask, use_is_causal = None, False
-        if position_bias is not None:
+        if step_bias is not None:
             if causal and not bottom_right and q_len != k_len:
                 raise ValueError("a position bias needs bottom-right aligned causal blocks when q_len != k_len")
-            mask = prefill_bias_mask(position_bias, q_len, k_len, causal, query.dtype, query.device)
+            mask = step_bias.prefill_mask(q_len, k_len, causal, query.dtype, query.device)
         elif causal and q_len == k_len:
             use_is_causal = True
         elif causal:
@@ -87,7 +89,7 @@ class TorchAttentionBackend:
 
     def forward(self, attn_type: AttentionType, query: torch.Tensor, key: Optional[torch.Tensor],
                 value: Optional[torch.Tensor], kv_cache: Optional[KVCache], metadata: AttentionMetadata,
-                scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
+                scale: float, position_bias: Optional[PositionBias] = None) -> torch.Tensor:
         if attn_type == AttentionType.ENCODER:
             return self.prefill_attention(query, key, value, metadata.encoder.bias, scale, position_bias)
         if attn_type == AttentionType.DECODER:
@@ -117,7 +119,7 @@ class TorchAttentionBackend:
 
     def _prefill_and_decode(self, query, prefill_key, prefill_value, prefill_bias, kv_cache: KVCache,
                             decode: Tuple[torch.Tensor, torch.Tensor, int], metadata: AttentionMetadata,
-                            scale: float, position_bias: Optional[PositionBiasFn] = None) -> torch.Tensor:
+                            scale: float, position_bias: Optional[PositionBias] = None) -> torch.Tensor:
         """Prefill tokens attend to prefill_key/value under prefill_bias; decode tokens read the paged cache
         through decode = (block tables, context lengths, longest context)."""
         num_prefill_tokens = metadata.num_prefill_tokens
@@ -133,13 +135,13 @@ class TorchAttentionBackend:
 
 
 def _paged_decode(query: torch.Tensor, kv_cache: KVCache, decode: Tuple[torch.Tensor, torch.Tensor, int],
-                  scale: float, position_bias: Optional[PositionBiasFn]) -> torch.Tensor:
+                  scale: float, position_bias: Optional[PositionBias]) -> torch.Tensor:
     """Decode tokens over the paged cache, with the position bias of each query against its cached positions."""
     block_tables, context_lens, max_context_len = decode
     decode_bias = None
     if position_bias is not None:
         on_host = context_lens.device.type == "cpu"
         longest = int(context_lens.max()) if on_host and context_lens.numel() else int(max_context_len)
-        decode_bias = decode_position_bias(position_bias, context_lens, longest)
+        decode_bias = as_step_bias(position_bias).decode_bias(context_lens, longest)
     return paged_attention(query, kv_cache[0], kv_cache[1], block_tables, context_lens, scale, max_context_len,
                            position_bias=decode_bias)
