@@ -107,7 +107,7 @@ class Int8Linear(nn.Module):
             return x.new_empty(*x.shape[:-1], self.out_features)
         bias = self.bias if addend is None else (addend if self.bias is None else addend + self.bias)
         if self.per_row:
-            amax = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
+            amax = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)  # max |x|
             out = torch.ops.quantized.linear_dynamic(rows / amax, self._packed, self.reduce_range)
             out = out.mul_(amax) if bias is None else torch.addcmul(bias, out, amax, out=out)
         else:
