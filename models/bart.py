@@ -15,6 +15,7 @@ from torch import nn
 from seq2seq_engine.attention import AttentionMetadata
 from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderDecoderForGeneration, EncoderLayer,
                                                          KVCache, embed_scale, load_hf_weights, segment_positions)
+from seq2seq_engine.models.int8 import Int8Linear
 
 POSITION_OFFSET = 2   # BART/mBART learned position tables start at index 2 (fairseq padding legacy)
 
@@ -129,11 +130,14 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
                                   attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # The bias goes into the projection's fresh output in place: a [rows, vocab] pass and tensor fewer.
+        if isinstance(self.lm_head, Int8Linear):
+            return self.lm_head(hidden_states, addend=self.final_logits_bias)
         if self.lm_head is None:
             logits = F.linear(hidden_states, self.tied_lm_head_weight())
         else:
             logits = self.lm_head(hidden_states)
-        return (logits + self.final_logits_bias).float()
+        return logits.add_(self.final_logits_bias).float()
 
     def tied_lm_head_weight(self) -> Optional[torch.Tensor]:
         """The embedding matrix the logits projection reuses (None when lm_head has its own weight)."""

@@ -97,18 +97,23 @@ class Int8Linear(nn.Module):
         """The float32 weight the int8 one stands for: q * scale."""
         return self.weight.float() * self.weight_scale[:, None]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x W^T + b (+ addend, a float32 tensor broadcast to [rows, out_features], added in the pass that
+        rescales the rows: a logits bias costs no extra pass over a wide output)."""
         if x.dtype != torch.float32:
             raise TypeError(f"Int8Linear takes float32 inputs, got {x.dtype}")
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
+        bias = self.bias if addend is None else (addend if self.bias is None else addend + self.bias)
         if self.per_row:
-            amax = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
+            amax = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)  # max |x|
             out = torch.ops.quantized.linear_dynamic(rows / amax, self._packed, self.reduce_range)
-            out = out.mul_(amax) if self.bias is None else torch.addcmul(self.bias, out, amax)
+            out = out.mul_(amax) if bias is None else torch.addcmul(bias, out, amax, out=out)
         else:
             out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
+            if addend is not None:
+                out.add_(addend)
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -92,4 +92,7 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
     if quantization is not None:
         from seq2seq_engine.models.int8 import quantize_model
         quantize_model(model, quantization)
+    elif dtype == torch.float32 and torch.device(device).type == "cpu":
+        from seq2seq_engine.models.packed_linear import pack_logits_head
+        pack_logits_head(model)
     return model, hf_config

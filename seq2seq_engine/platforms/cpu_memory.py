@@ -5,7 +5,10 @@ Large prefills allocate activations of tens of MB per layer. glibc serves blocks
 measured here, a 64-prompt SmolLM2 prefill step took 6.2 s with the defaults and 3.1 s with the tuning below, and
 profiles of BART encoder steps showed a quarter of the time in the first write into new outputs (docs/performance.md).
 ``tune_malloc`` raises the mmap threshold to its maximum and keeps freed heap memory for reuse; the CPU token budget
-keeps one step's widest activation under that threshold, so it is served from (reused) heap memory too.
+keeps one step's widest activation under that threshold, so it is served from (reused) heap memory too. Blocks
+above 32 MiB remain: the logits of a decode step ([256 rows, 58k vocabulary] float32 is 59 MB) and their softmax;
+fresh pages cost ~30 ms per such tensor (decisions §61), so ``tune_malloc`` also turns malloc's mmap off
+(M_MMAP_MAX = 0): every block then comes from the heap and is reused after it is freed.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ MALLOC_ENV = "SEQ2SEQ_ENGINE_MALLOC_TUNING"
 MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 # Freed memory at the top of the heap beyond this is returned to the system.
 TRIM_THRESHOLD = 1024 * 1024 * 1024
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameter numbers from glibc's malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4  # mallopt parameters (glibc's malloc.h)
 # The step budget on accelerators and the upper bound of the CPU budget.
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 
@@ -37,7 +40,8 @@ def tune_malloc() -> bool:
     mallopt = _libc_function("mallopt") if env_switch(MALLOC_ENV) else None
     if mallopt is None:
         return False
-    applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    applied = (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+               and mallopt(_M_MMAP_MAX, 0) == 1)
     if not applied:
         logger.debug("mallopt refused the malloc tuning")
     return applied

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from seq2seq_engine.kernels.native_greedy import greedy_logsumexp
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 
 # Candidate counts tried, in order, for rows with top-p but no top-k (the last round is the whole vocabulary).
@@ -92,14 +93,15 @@ class Sampler(nn.Module):
         if logits.dtype != torch.float32:
             logits = logits.float()
         num_rows = logits.shape[0]
-        # One max and one softmax pass serve the greedy tokens, the logprobs (log_softmax(x)_i = x_i - lse with
-        # lse = max - log(softmax(x)_argmax), exact to float rounding) and the untempered random rows.
-        row_max, greedy_tokens = logits.max(dim=-1)
-        probs = torch.softmax(logits, dim=-1)
-        lse = row_max - probs.gather(1, greedy_tokens.unsqueeze(1)).squeeze(1).log()
         if metadata.all_greedy:
-            tokens = greedy_tokens
+            # One read of the logits gives the greedy tokens and lse (log_softmax(x)_i = x_i - lse).
+            tokens, lse = greedy_logsumexp(logits)
         else:
+            # One max and one softmax pass serve the greedy tokens, the logprobs (lse = max -
+            # log(softmax(x)_argmax), exact to float rounding) and the untempered random rows.
+            row_max, greedy_tokens = logits.max(dim=-1)
+            probs = torch.softmax(logits, dim=-1)
+            lse = row_max - probs.gather(1, greedy_tokens.unsqueeze(1)).squeeze(1).log()
             tokens = greedy_tokens.clone()
             if metadata.plain_rows:
                 rows = self._index(metadata.plain_rows, num_rows, logits.device)

@@ -87,6 +87,16 @@ def test_int8_linear_is_close_to_float_and_keeps_leading_dimensions():
         layer(x.bfloat16())
 
 
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_linear_adds_an_addend_in_its_output_pass(per_row, bias):
+    weight, x = _random((300, 64), 7, 64 ** -0.5), _random((9, 64), 8)
+    layer = Int8Linear(weight, _random((300,), 9) if bias else None, per_row=per_row)
+    addend = _random((1, 300), 10)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x, addend=addend), layer(x) + addend, rtol=1e-6, atol=1e-6)
+
+
 def test_reduced_range_follows_vnni_and_a_forced_fbgemm_isa(monkeypatch):
     monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
     assert activations_need_reduced_range()
