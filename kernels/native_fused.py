@@ -2,8 +2,8 @@
 
 Every function takes the same arguments on both paths and computes what HF's modules compute (RMSNorm in float32
 then cast, neox rotary, SiLU- and GELU-gated products), rounding where they round. The native path runs for CPU
-tensors of float32 or bfloat16 with unit stride along the last dimension; anything else (CUDA, float16, odd strides, no C
-compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) runs the torch path.
+tensors of float32 or bfloat16 with unit stride along the last dimension; anything else (CUDA, float16, odd
+strides, no C compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) runs the torch path.
 """
 from __future__ import annotations
 

@@ -147,7 +147,10 @@ def test_loaded_model_shape_and_head(variant, checkpoints):
     assert type(ours).__name__ == type(hf_model).__name__
     assert ours.kv_cache_spec() == (config.num_decoder_layers, config.num_heads, config.d_kv)
     untied = VARIANTS[variant][2].get("tie_word_embeddings") is False
-    assert (ours.lm_head is not None) == untied
+    if untied:
+        assert ours.lm_head is not None and ours.lm_head.weight.data_ptr() != ours.shared.weight.data_ptr()
+    else:  # tied: no head of its own, or the oneDNN-packed head over the very embedding matrix
+        assert ours.lm_head is None or ours.lm_head.weight.data_ptr() == ours.shared.weight.data_ptr()
     assert ours.output_scale == (1.0 if untied else config.d_model ** -0.5)
     tables = [name for name, _ in ours.named_parameters() if "relative_attention_bias" in name]
     per_block = 2 * config.num_layers + (config.num_decoder_layers - config.num_layers)
