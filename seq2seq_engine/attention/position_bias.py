@@ -84,14 +84,3 @@ def as_step_bias(position_bias: Union[PositionBiasFn, StepPositionBias]) -> Step
     if isinstance(position_bias, StepPositionBias):
         return position_bias
     return StepPositionBias(StepRelativeBuckets(lambda relative: relative), position_bias)
-
-
-def prefill_bias_mask(position_bias: PositionBiasFn, q_len: int, k_len: int, causal: bool, dtype: torch.dtype,
-                      device: torch.device) -> torch.Tensor:
-    """Additive float mask [1, num_heads, q_len, k_len] of one prefill block (see StepPositionBias.prefill_mask)."""
-    return as_step_bias(position_bias).prefill_mask(q_len, k_len, causal, dtype, device)
-
-
-def decode_position_bias(position_bias: PositionBiasFn, context_lens: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Bias [num_seqs, num_heads, max_len] of each decode query (see StepPositionBias.decode_bias)."""
-    return as_step_bias(position_bias).decode_bias(context_lens, max_len)

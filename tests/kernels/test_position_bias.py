@@ -10,8 +10,7 @@ from attention.test_varlen_attention import make_bias
 from kernel_reference import ref_gather_context
 
 from seq2seq_engine.attention.backends.torch_backend import varlen_attention
-from seq2seq_engine.attention.position_bias import (StepPositionBias, StepRelativeBuckets, decode_position_bias,
-                                                    prefill_bias_mask)
+from seq2seq_engine.attention.position_bias import StepPositionBias, StepRelativeBuckets, as_step_bias
 from seq2seq_engine.kernels import paged_attention
 
 
@@ -109,6 +108,26 @@ def _reference_prefill(query, key, value, q_lens, k_lens, causal, bias_fn):
     return torch.cat(out)
 
 
+def _reference_mask(bias_fn, q_len, k_len, causal):
+    """[1, heads, q_len, k_len], entry by entry: the bias of key j against query k_len - q_len + i, -inf on future
+    keys when causal."""
+    rows = []
+    for i in range(q_len):
+        row = []
+        for j in range(k_len):
+            relative = j - (k_len - q_len + i)
+            value = bias_fn(torch.tensor(relative)).float()
+            row.append(torch.full_like(value, float("-inf")) if causal and relative > 0 else value)
+        rows.append(torch.stack(row, dim=-1))
+    return torch.stack(rows, dim=-2).unsqueeze(0)
+
+
+def _reference_decode_bias(bias_fn, lens, max_len):
+    """[seqs, heads, max_len]: each sequence's last position (its query) against positions 0..max_len-1."""
+    return torch.stack([torch.stack([bias_fn(torch.tensor(j - (n - 1))).float() for j in range(max_len)], dim=-1)
+                        for n in lens.tolist()])
+
+
 @pytest.mark.parametrize("kind,q_lens,k_lens", [("none", [7, 7, 1, 30], None), ("causal", [5, 5, 12, 1], None),
                                                 ("bottom_right", [3, 1, 6], [9, 7, 6])])
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (6, 3)])
@@ -128,10 +147,11 @@ def test_prefill_with_position_bias(kind, q_lens, k_lens, num_heads, num_kv_head
 def test_decode_bias_is_the_last_row_of_the_prefill_mask():
     bias_fn = _TableBias(3, torch.Generator().manual_seed(5))
     lens = torch.tensor([1, 6, 11], dtype=torch.int32)
-    decode = decode_position_bias(bias_fn, lens, 11)
+    step_bias = as_step_bias(bias_fn)
+    decode = step_bias.decode_bias(lens, 11)
     assert decode.shape == (3, 3, 11) and decode.dtype == torch.float32
     for row, n in enumerate(lens.tolist()):
-        mask = prefill_bias_mask(bias_fn, n, n, True, torch.float32, torch.device("cpu"))
+        mask = step_bias.prefill_mask(n, n, True, torch.float32, torch.device("cpu"))
         torch.testing.assert_close(decode[row, :, :n], mask[0, :, -1, :], rtol=0, atol=0)
 
 
@@ -156,9 +176,8 @@ def test_step_bias_builds_each_mask_once_and_shares_buckets_between_tables():
         mask = step_bias.prefill_mask(5, 9, True, torch.float32, torch.device("cpu"))
         assert step_bias.prefill_mask(5, 9, True, torch.float32, torch.device("cpu")) is mask
         assert mask.is_contiguous()
-        torch.testing.assert_close(mask, prefill_bias_mask(plain, 5, 9, True, torch.float32, torch.device("cpu")),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(mask, _reference_mask(plain, 5, 9, True), rtol=0, atol=0)
         decode = step_bias.decode_bias(lens, 7)
         assert step_bias.decode_bias(lens, 7) is decode
-        torch.testing.assert_close(decode, decode_position_bias(plain, lens, 7), rtol=0, atol=0)
+        torch.testing.assert_close(decode, _reference_decode_bias(plain, lens, 7), rtol=0, atol=0)
     assert calls == [(5, 9), (2, 7)]     # the second table reused the first one's buckets
