@@ -34,7 +34,6 @@ def chat_prompt_token_ids(messages: List[ChatMessage], state: ServerState, add_g
 
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: ServerState):
-    state.check_model(body.model)
     if body.max_tokens is not None and body.max_completion_tokens is not None:
         raise APIError("send max_completion_tokens or max_tokens, not both", param="max_completion_tokens")
     if body.top_logprobs is not None and not body.logprobs:

@@ -47,7 +47,6 @@ def _unsupported(body: CompletionRequest) -> None:
 
 
 async def create_completion(body: CompletionRequest, request: Request, state: ServerState):
-    state.check_model(body.model)
     _unsupported(body)
     prompts = engine_prompts(body, state)
     max_tokens = default_max_tokens(state.engine.generation_defaults, body.max_tokens, None,

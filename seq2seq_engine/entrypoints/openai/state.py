@@ -55,12 +55,6 @@ class ServerState:
     def takes_audio(self) -> bool:
         return getattr(self.model_config.hf_config, "num_mel_bins", None) is not None
 
-    def check_model(self, name: Optional[str]) -> None:
-        """404 (OpenAI's model_not_found) unless `name` is the served model."""
-        if name is not None and name != self.model_name:
-            raise APIError(f"the model {name!r} does not exist; this server serves {self.model_name!r}", 404,
-                           param="model", code="model_not_found")
-
     def need_tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise APIError("this server runs without a tokenizer (--skip-tokenizer-init): send token ids")
