@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import httpx
 
@@ -52,15 +52,12 @@ class ServerProcess:
     def held_blocks(self, model_name: str, timeout: float = 60) -> int:
         """A model's device KV blocks still held once none of its requests is running, waiting or swapped (0: every
         block is back)."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def read() -> Tuple[int, int]:
             values = self.metrics(model_name)
             queues = ("num_requests_running", "num_requests_waiting", "num_requests_swapped")
             busy = sum(values.get(name, 0) for name in queues)
-            held = int(values["kv_cache_total_blocks"] - values["kv_cache_free_blocks"])
-            if (not busy and not held) or time.monotonic() > deadline:
-                return held
-            time.sleep(0.2)
+            return int(busy), int(values["kv_cache_total_blocks"] - values["kv_cache_free_blocks"])
+        return wait_for_free_blocks(read, timeout)
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM, as a service manager stops it; the exit status (killed if it outlives the timeout)."""
@@ -72,6 +69,16 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def wait_for_free_blocks(read: Callable[[], Tuple[int, int]], timeout: float) -> int:
+    """Poll read() -> (unfinished requests, held blocks) until both are 0 or `timeout` passes; the blocks held."""
+    deadline = time.monotonic() + timeout
+    unfinished, held = read()
+    while (unfinished or held) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        unfinished, held = read()
+    return held
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -91,17 +98,13 @@ class InProcessServer:
         return self.running.url
 
     def held_blocks(self, model_name: str, timeout: float = 60) -> int:
-        def read(engine):
+        """The same, read on the model's engine loop thread between two steps."""
+        def read_engine(engine) -> Tuple[int, int]:
             manager = engine.scheduler.block_manager
             held = manager.num_total_gpu_blocks - manager.get_num_free_gpu_blocks()
             return engine.get_num_unfinished_requests(), held
         loop = self.running.models.resolve(model_name).loop
-        deadline = time.monotonic() + timeout
-        unfinished, held = loop.call(read).result()
-        while (unfinished or held) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            unfinished, held = loop.call(read).result()
-        return held
+        return wait_for_free_blocks(lambda: loop.call(read_engine).result(), timeout)
 
     def stop(self) -> None:
         self.running.stop()
