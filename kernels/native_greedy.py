@@ -35,7 +35,14 @@ def greedy_logsumexp(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def greedy_logsumexp_torch(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The same with torch ops: one max and one softmax pass (lse = max - log(softmax(x)_argmax))."""
+    """The same with torch ops."""
+    tokens, lse, _ = greedy_lse_and_probs(logits)
+    return tokens, lse
+
+
+def greedy_lse_and_probs(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(greedy tokens, lse, softmax probs) from one max and one softmax pass: lse = max - log(softmax(x)_argmax),
+    exact to float rounding (the sampler's mixed steps use the probs for their random rows)."""
     row_max, tokens = logits.max(dim=-1)
     probs = torch.softmax(logits, dim=-1)
-    return tokens, row_max - probs.gather(1, tokens.unsqueeze(1)).squeeze(1).log()
+    return tokens, row_max - probs.gather(1, tokens.unsqueeze(1)).squeeze(1).log(), probs

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from seq2seq_engine.kernels.native_greedy import greedy_logsumexp
+from seq2seq_engine.kernels.native_greedy import greedy_logsumexp, greedy_lse_and_probs
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 
 # Candidate counts tried, in order, for rows with top-p but no top-k (the last round is the whole vocabulary).
@@ -97,12 +97,8 @@ class Sampler(nn.Module):
             # One read of the logits gives the greedy tokens and lse (log_softmax(x)_i = x_i - lse).
             tokens, lse = greedy_logsumexp(logits)
         else:
-            # One max and one softmax pass serve the greedy tokens, the logprobs (lse = max -
-            # log(softmax(x)_argmax), exact to float rounding) and the untempered random rows.
-            row_max, greedy_tokens = logits.max(dim=-1)
-            probs = torch.softmax(logits, dim=-1)
-            lse = row_max - probs.gather(1, greedy_tokens.unsqueeze(1)).squeeze(1).log()
-            tokens = greedy_tokens.clone()
+            # One max and one softmax pass serve the greedy tokens, the logprobs and the untempered random rows.
+            tokens, lse, probs = greedy_lse_and_probs(logits)
             if metadata.plain_rows:
                 rows = self._index(metadata.plain_rows, num_rows, logits.device)
                 tokens[rows] = self._sample_plain(logits, probs, metadata.plain_rows, rows, metadata)
