@@ -1,9 +1,9 @@
-"""float32 logits projections on oneDNN's prepacked weights: ~2x F.linear's rate for a wide vocabulary (decisions §61).
+"""float32 linear layers on oneDNN's prepacked weights, faster than F.linear on every shape measured (decisions §63).
 
 ``torch.ops.mkldnn._linear_pointwise`` with a weight reordered once by ``torch.ops.mkldnn._reorder_linear_weight``
-computes x W^T in float32 (results within float rounding of F.linear's); measured here for [128 rows] x 512 x 58,101
-it ran at ~190 GFLOP/s against F.linear's ~80. ``pack_logits_head`` gives every model with ``set_lm_head`` (BART
-family, T5, Whisper) such a head after loading; inputs that are not float32 CPU tensors take F.linear.
+computes x W^T in float32 (results within float rounding of F.linear's). ``pack_float32_model`` gives a float32 CPU
+model such layers after loading: every nn.Linear (oneDNN's copy replaces the weight) and the logits projection of
+models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the shared embedding matrix beside it).
 """
 from __future__ import annotations
 
@@ -21,30 +21,36 @@ def onednn_linear_available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    """y = x W^T (+ b) from a float32 weight [out_features, in_features]; keeps the weight (shared, not copied) for
-    the F.linear path and oneDNN's reordered copy for the fast one."""
+    """y = x W^T (+ b) from a float32 weight [out_features, in_features] through oneDNN's reordered copy (a buffer,
+    so it counts in the model's bytes); with `keep_weight` the weight itself stays too (shared, not copied), for
+    inputs that are not float32 CPU tensors, which are refused otherwise."""
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, keep_weight: bool = True) -> None:
         super().__init__()
         if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
             raise ValueError(f"PackedLinear takes a 2-d float32 CPU weight, got {weight.dtype} {tuple(weight.shape)} "
                              f"on {weight.device}")
         self.out_features, self.in_features = weight.shape
-        self.weight = weight
+        self.weight = weight if keep_weight else None
         self.bias = bias
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach()),
+                             persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features:
+            if self.weight is None:
+                raise TypeError(f"this float32 layer takes float32 CPU input [..., {self.in_features}], got "
+                                f"{x.dtype} {tuple(x.shape)} on {x.device}")
             return F.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
-        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self._packed, self.bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN prepacked"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                "oneDNN prepacked")
 
 
 def pack_logits_head(model: nn.Module) -> bool:
@@ -62,5 +68,28 @@ def pack_logits_head(model: nn.Module) -> bool:
         return False
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         return False
-    model.set_lm_head(PackedLinear(weight.detach(), None if bias is None else bias.detach()))
+    bias = None if bias is None else bias.detach()
+    model.set_lm_head(PackedLinear(weight.detach(), bias, keep_weight=tied is not None))
     return True
+
+
+def pack_linears(module: nn.Module) -> int:
+    """Replace every float32 CPU nn.Linear inside `module` by a PackedLinear without the plain weight (oneDNN's copy
+    takes its place, so memory stays the same), in place; returns how many were replaced."""
+    replaced = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            weight = child.weight if isinstance(child, nn.Linear) else None
+            if weight is not None and weight.dtype == torch.float32 and weight.device.type == "cpu":
+                bias = None if child.bias is None else child.bias.detach()
+                setattr(parent, name, PackedLinear(weight.detach(), bias, keep_weight=False))
+                replaced += 1
+    return replaced
+
+
+def pack_float32_model(model: nn.Module) -> int:
+    """Run a float32 CPU model's linear layers and logits head on oneDNN's prepacked weights, in place; returns how
+    many layers were packed (0 where oneDNN is missing)."""
+    if not onednn_linear_available():
+        return 0
+    return int(pack_logits_head(model)) + pack_linears(model)

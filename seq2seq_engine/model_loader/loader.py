@@ -93,6 +93,6 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
         from seq2seq_engine.models.int8 import quantize_model
         quantize_model(model, quantization)
     elif dtype == torch.float32 and torch.device(device).type == "cpu":
-        from seq2seq_engine.models.packed_linear import pack_logits_head
-        pack_logits_head(model)
+        from seq2seq_engine.models.packed_linear import pack_float32_model
+        pack_float32_model(model)
     return model, hf_config

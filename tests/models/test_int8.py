@@ -10,6 +10,7 @@ from hf_reference import build_tiny_model
 from seq2seq_engine.config import ModelConfig
 from seq2seq_engine.models.int8 import (Int8Embedding, Int8Linear, activations_need_reduced_range,
                                         int8_unsupported_reason, quantize_weight)
+from seq2seq_engine.models.packed_linear import PackedLinear
 
 pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
 
@@ -114,8 +115,8 @@ def test_load_model_int8_replaces_every_linear_and_the_tied_head(arch, head, tmp
     float_model, _ = load_model(model_dir)
     assert not [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     int8_layers = {name for name, m in model.named_modules() if isinstance(m, Int8Linear)}
-    float_layers = {name for name, m in float_model.named_modules() if isinstance(m, torch.nn.Linear)}
-    assert float_layers <= int8_layers and head in int8_layers
+    float_layers = {name for name, m in float_model.named_modules() if isinstance(m, (torch.nn.Linear, PackedLinear))}
+    assert len(float_layers) > 4 and float_layers <= int8_layers and head in int8_layers
     fused = [name for name in int8_layers if name.endswith("qkv_proj")]
     assert fused and all(model.get_submodule(n).out_features == 3 * model.get_submodule(n).in_features
                          for n in fused if arch != "llama")

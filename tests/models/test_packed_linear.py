@@ -1,10 +1,12 @@
-"""The oneDNN-prepacked float32 logits head (models/packed_linear.py) against F.linear, and where it is installed."""
+"""oneDNN-prepacked float32 linear layers (models/packed_linear.py) against F.linear, and where they are installed."""
 import pytest
 import torch
 import torch.nn.functional as F
+from hf_reference import build_tiny_model
 from torch import nn
 
-from seq2seq_engine.models.packed_linear import PackedLinear, onednn_linear_available, pack_logits_head
+from seq2seq_engine.model_loader.loader import load_model
+from seq2seq_engine.models.packed_linear import PackedLinear, onednn_linear_available, pack_linears, pack_logits_head
 
 pytestmark = pytest.mark.skipif(not onednn_linear_available(), reason="torch built without oneDNN")
 
@@ -44,13 +46,58 @@ class _Head(nn.Module):
         self.lm_head = head
 
 
+def test_packed_linear_without_its_weight_refuses_other_inputs():
+    weight = _randn(0, 6, 5)
+    layer = PackedLinear(weight, keep_weight=False)
+    assert layer.weight is None and layer.packed_weight.numel() == weight.numel()
+    torch.testing.assert_close(layer(_randn(1, 3, 5)), F.linear(_randn(1, 3, 5), weight), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match=r"float32 CPU input \[\.\.\., 5\], got torch.bfloat16"):
+        layer(_randn(1, 3, 5).bfloat16())
+    with pytest.raises(TypeError, match=r"\[\.\.\., 5\], got torch.float32 \(3, 4\)"):
+        layer(_randn(1, 3, 4))
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_pack_logits_head_replaces_the_head_with_the_same_weight(tied):
     model = _Head(tied)
     weight = model.embed.weight if tied else model.lm_head.weight
     assert pack_logits_head(model)
     assert isinstance(model.lm_head, PackedLinear)
-    assert model.lm_head.weight.data_ptr() == weight.data_ptr()
+    if tied:    # the embedding matrix stays shared; an own head's plain weight is dropped for oneDNN's copy
+        assert model.lm_head.weight.data_ptr() == weight.data_ptr()
+    else:
+        assert model.lm_head.weight is None
     x = _randn(3, 4, 8)
     torch.testing.assert_close(model.lm_head(x), F.linear(x, weight), rtol=1e-5, atol=1e-5)
     assert not pack_logits_head(nn.Linear(3, 3))        # no set_lm_head: not a BART-family model
+
+
+def test_pack_linears_replaces_float32_linears_only():
+    model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Sequential(nn.Linear(7, 3, bias=False)),
+                          nn.Linear(3, 2).bfloat16())
+    x = _randn(4, 6, 5)
+    expected = model[:3](x)
+    assert pack_linears(model) == 2
+    assert [type(m).__name__ for m in (model[0], model[2][0], model[3])] == ["PackedLinear", "PackedLinear", "Linear"]
+    assert model[0].bias is not None and model[2][0].bias is None
+    torch.testing.assert_close(model[:3](x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["bart", "whisper", "llama"])
+def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_path, monkeypatch):
+    """Every nn.Linear of a float32 model becomes a PackedLinear whose oneDNN copy replaces the weight (no second
+    copy kept) and computes what the unpacked layer computes."""
+    from seq2seq_engine.models import packed_linear
+    model_dir, _ = build_tiny_model(arch, tmp_path)
+    packed, _ = load_model(model_dir)
+    monkeypatch.setattr(packed_linear, "onednn_linear_available", lambda: False)
+    plain, _ = load_model(model_dir)
+    assert not [name for name, m in packed.named_modules() if isinstance(m, nn.Linear)]
+    linears = {name: m for name, m in plain.named_modules() if isinstance(m, nn.Linear)}
+    assert len(linears) > 4
+    for name, linear in linears.items():
+        layer = packed.get_submodule(name)
+        assert isinstance(layer, PackedLinear) and layer.weight is None, name
+        assert layer.packed_weight.numel() == linear.weight.numel(), name
+        x = _randn(5, 3, linear.in_features)
+        torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
