@@ -1,12 +1,14 @@
-"""Time per Linear matmul: float32, bfloat16 and the int8 kernels torch offers on the CPU, on the models' shapes.
+"""Time per Linear matmul: float32 (MKL and oneDNN), bfloat16 and torch's int8 CPU kernels, on the models' shapes.
 
     .venv/bin/python benchmarks/int8_matmul.py                     # whisper-base shapes, 5 interleaved rounds
     .venv/bin/python benchmarks/int8_matmul.py --models whisper,bart,smollm2 --rounds 9
+    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn
     .venv/bin/python benchmarks/int8_matmul.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
     .venv/bin/python benchmarks/int8_matmul.py --quick             # smoke run: two small shapes, one round
 
 Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
   float32        F.linear (MKL sgemm)
+  float32-onednn the engine's PackedLinear, what float32 CPU models run: oneDNN's linear on a weight reordered once
   bfloat16       F.linear on bfloat16 x, W, b (oneDNN; x converted before timing, as in a bfloat16 model)
   int8-fbgemm    the engine's Int8Linear, what quantization="int8" runs: torch.ops.quantized.linear_dynamic
                  (fbgemm; per-channel int8 W, x quantized per call to uint8) on x divided by its rows' max |x|,
@@ -33,8 +35,8 @@ from typing import Callable, Dict, List, Tuple
 
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
             "ATEN_CPU_CAPABILITY": "avx2"}
-CANDIDATES = ("float32", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt", "int8-onednn", "int8-intmm", "w8-bf16",
-              "torchao")
+CANDIDATES = ("float32", "float32-onednn", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt", "int8-onednn", "int8-intmm",
+              "w8-bf16", "torchao")
 # (label, rows, K, N) per model: encoder (prefill) rows, then decoder rows, then the logits projection.
 SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
     "whisper": [("enc qkv", 1500, 512, 1536), ("enc out", 1500, 512, 512), ("enc fc1", 1500, 512, 2048),
@@ -47,6 +49,12 @@ SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
     "smollm2": [("prefill qkv", 2048, 576, 960), ("prefill gate_up", 2048, 576, 3072),
                 ("prefill down", 2048, 1536, 576), ("decode qkv", 64, 576, 960), ("decode gate_up", 64, 576, 3072),
                 ("decode down", 64, 1536, 576), ("head", 64, 576, 49152)],
+    "marian": [("enc qkv", 3900, 512, 1536), ("enc fc1", 3900, 512, 2048), ("enc fc2", 3900, 2048, 512),
+               ("dec qkv", 256, 512, 1536), ("dec fc1", 256, 512, 2048), ("dec fc2", 256, 2048, 512),
+               ("head", 256, 512, 58101), ("head", 64, 512, 58101)],
+    "t5": [("enc qkv", 2700, 768, 2304), ("enc wi", 2700, 768, 4096), ("enc wo", 2700, 2048, 768),
+           ("dec qkv", 32, 768, 2304), ("dec wi", 32, 768, 4096), ("dec wo", 32, 2048, 768), ("dec wi", 8, 768, 4096),
+           ("head", 32, 768, 32128)],
     "quick": [("quick", 16, 256, 384), ("quick", 300, 256, 384)],
 }
 
@@ -119,6 +127,10 @@ def build(name: str, x, weight, bias) -> Callable:
     import torch.nn.functional as F
     if name == "float32":
         return lambda: F.linear(x, weight, bias)
+    if name == "float32-onednn":
+        from seq2seq_engine.models.packed_linear import PackedLinear
+        layer = PackedLinear(weight, bias, keep_weight=False)
+        return lambda: layer(x)
     if name == "bfloat16":
         xb, wb, bb = x.bfloat16(), weight.bfloat16(), bias.bfloat16()
         return lambda: F.linear(xb, wb, bb)

@@ -1,17 +1,18 @@
-"""How fast can any engine built on torch's float32 matmuls run workload (c)? Its weight matmuls alone, timed.
+"""How fast can an engine on this engine's float32 matmuls run workload (c)? Its weight matmuls alone, timed.
 
     .venv/bin/python benchmarks/matmul_floor.py              # SmolLM2-135M, 64 chat prompts, 128 new tokens
     .venv/bin/python benchmarks/matmul_floor.py --repeat 2   # fastest of two timed runs per engine
     .venv/bin/python benchmarks/matmul_floor.py --rounds 3   # every engine 3 times, interleaved
     .venv/bin/python benchmarks/matmul_floor.py --quick      # smoke run: 8 prompts, 16 new tokens
 
-"floor" replays only the weight matmuls this engine performs for the workload (its fused q/k/v and gate/up
-shapes, the same prompt packing into steps and the same rows per decode step, the logits projection on one row
-per request and step), with random activations and nothing between them: no attention, norms, sampler or Python
+"floor" replays only the weight matmuls this engine performs for the workload through the loaded model's own
+layers, oneDNN's prepacked linear (torch's F.linear with SEQ2SEQ_ENGINE_ONEDNN_LINEAR=0): its fused q/k/v and
+gate/up shapes, the same prompt packing into steps and the same rows per decode step, the logits projection on one row
+per request and step, with random activations and nothing between them: no attention, norms, sampler or Python
 bookkeeping. "floor-kv" adds, per decode step, one read of every cached K/V byte the step's attention must read
 (a sum over that much of a float32 pool): the DRAM traffic no decode attention can avoid. Each runs next to HF
 `generate` and this engine, in its own child process (common.py). HF wall / floor wall is the largest speed-up
-over HF that matmuls at torch's float32 rate allow; ours - floor is the time this engine spends outside the
+over HF that matmuls at this float32 rate allow; ours - floor is the time this engine spends outside the
 weight matmuls. Decoder-only models only: the encoder/decoder workloads have no target the floor is needed for.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_mar
 from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
 
 from seq2seq_engine.model_loader.loader import load_model  # noqa: E402
+from seq2seq_engine.models.packed_linear import PackedLinear  # noqa: E402
 from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
 
 
@@ -60,7 +62,7 @@ def step_plan(prompts: List[List[int]], lengths: List[int], budget: int) -> List
     return plan
 
 
-def _replay(layers: List[torch.nn.Linear], head: torch.nn.Linear, plan: List[Step],
+def _replay(layers: List[torch.nn.Module], head: torch.nn.Module, plan: List[Step],
             inputs: Dict[Tuple[int, int], torch.Tensor], kv_pool: Optional[torch.Tensor]) -> Tuple[float, float]:
     """(prefill seconds, decode seconds) of the plan's weight matmuls, and of its K/V reads given a pool
     ([tokens, floats per token over all layers])."""
@@ -69,8 +71,8 @@ def _replay(layers: List[torch.nn.Linear], head: torch.nn.Linear, plan: List[Ste
         for step in plan:
             start = time.perf_counter()
             for layer in layers:
-                torch.nn.functional.linear(inputs[step.rows, layer.in_features], layer.weight, layer.bias)
-            torch.nn.functional.linear(inputs[step.requests, head.in_features], head.weight, head.bias)
+                layer(inputs[step.rows, layer.in_features])
+            head(inputs[step.requests, head.in_features])
             if kv_pool is not None and step.context:
                 kv_pool[:step.context].sum()
             elapsed = time.perf_counter() - start
@@ -88,7 +90,7 @@ def run_floor(job: GenJob, with_kv_reads: bool = False) -> EngineRun:
     torch.set_num_threads(job.threads)
     model, hf_config = load_model(job.model_dir, torch.float32)
     head = model.lm_head
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear)) and m is not head]
     plan = step_plan(job.prompts, job.lengths, cpu_max_batched_tokens(hf_config, max(map(len, job.prompts))))
     widths = {layer.in_features for layer in layers} | {head.in_features}
     inputs = {(rows, width): torch.randn(rows, width)

@@ -13,11 +13,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2seq_engine.config import env_switch
+
+ONEDNN_LINEAR_ENV = "SEQ2SEQ_ENGINE_ONEDNN_LINEAR"
+
 
 def onednn_linear_available() -> bool:
-    """Whether this torch build has oneDNN's prepacked float32 linear."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """Whether this torch build has oneDNN's prepacked float32 linear and SEQ2SEQ_ENGINE_ONEDNN_LINEAR is not 0."""
+    return (env_switch(ONEDNN_LINEAR_ENV) and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
 class PackedLinear(nn.Module):
