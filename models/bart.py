@@ -16,6 +16,7 @@ from seq2seq_engine.attention import AttentionMetadata
 from seq2seq_engine.models.encoder_decoder_utils import (DecoderLayer, EncoderDecoderForGeneration, EncoderLayer,
                                                          KVCache, embed_scale, load_hf_weights, segment_positions)
 from seq2seq_engine.models.int8 import Int8Linear
+from seq2seq_engine.models.packed_linear import PackedLinear
 
 POSITION_OFFSET = 2   # BART/mBART learned position tables start at index 2 (fairseq padding legacy)
 
@@ -131,7 +132,7 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         # The bias goes into the projection's fresh output in place: a [rows, vocab] pass and tensor fewer.
-        if isinstance(self.lm_head, Int8Linear):
+        if isinstance(self.lm_head, (Int8Linear, PackedLinear)):
             return self.lm_head(hidden_states, addend=self.final_logits_bias)
         if self.lm_head is None:
             logits = F.linear(hidden_states, self.tied_lm_head_weight())

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
+from seq2seq_engine.models.packed_linear import linear_then_activation
 from seq2seq_engine.models.utils import WeightLoader, as_kv_cache_list, get_activation
 
 KVCache = Tuple[torch.Tensor, torch.Tensor]
@@ -87,6 +88,11 @@ class CrossAttention(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- layers
+def feed_forward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """fc2(activation(fc1(x))) of an encoder or decoder layer; a packed fc1 applies the activation in its pass."""
+    return layer.fc2(linear_then_activation(layer.fc1, layer.activation, layer.activation_fn, hidden_states))
+
+
 class EncoderLayer(nn.Module):
     """Self-attention + FFN; post-norm (BART) or pre-norm (mBART, Whisper)."""
 
@@ -99,18 +105,15 @@ class EncoderLayer(nn.Module):
         self.fc1 = nn.Linear(embed_dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, embed_dim)
         self.final_layer_norm = nn.LayerNorm(embed_dim)
-        self.activation_fn = get_activation(activation)
-
-    def _ffn(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
+        self.activation, self.activation_fn = activation, get_activation(activation)
 
     def forward(self, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         if self.pre_norm:
             hidden_states = hidden_states + self.self_attn(self.self_attn_layer_norm(hidden_states), None,
                                                            attn_metadata)
-            return hidden_states + self._ffn(self.final_layer_norm(hidden_states))
+            return hidden_states + feed_forward(self, self.final_layer_norm(hidden_states))
         hidden_states = self.self_attn_layer_norm(hidden_states + self.self_attn(hidden_states, None, attn_metadata))
-        return self.final_layer_norm(hidden_states + self._ffn(hidden_states))
+        return self.final_layer_norm(hidden_states + feed_forward(self, hidden_states))
 
 
 class DecoderLayer(nn.Module):
@@ -128,7 +131,7 @@ class DecoderLayer(nn.Module):
         self.fc1 = nn.Linear(embed_dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, embed_dim)
         self.final_layer_norm = nn.LayerNorm(embed_dim)
-        self.activation_fn = get_activation(activation)
+        self.activation, self.activation_fn = activation, get_activation(activation)
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
@@ -138,12 +141,12 @@ class DecoderLayer(nn.Module):
             hidden_states = hidden_states + self.encoder_attn(self.encoder_attn_layer_norm(hidden_states),
                                                               encoder_hidden_states, kv_cache, attn_metadata)
             ffn_in = self.final_layer_norm(hidden_states)
-            return hidden_states + self.fc2(self.activation_fn(self.fc1(ffn_in)))
+            return hidden_states + feed_forward(self, ffn_in)
         hidden_states = self.self_attn_layer_norm(
             hidden_states + self.self_attn(hidden_states, kv_cache, attn_metadata))
         hidden_states = self.encoder_attn_layer_norm(
             hidden_states + self.encoder_attn(hidden_states, encoder_hidden_states, kv_cache, attn_metadata))
-        return self.final_layer_norm(hidden_states + self.fc2(self.activation_fn(self.fc1(hidden_states))))
+        return self.final_layer_norm(hidden_states + feed_forward(self, hidden_states))
 
 
 class EncoderDecoderForGeneration(nn.Module):

@@ -7,15 +7,19 @@ models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the sha
 """
 from __future__ import annotations
 
-from typing import Optional
+from types import MappingProxyType
+from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.config import env_switch
 
 ONEDNN_LINEAR_ENV = "SEQ2SEQ_ENGINE_ONEDNN_LINEAR"
+# HF activation name -> oneDNN post-op (attr, algorithm) applied to the matmul's output in the same pass: the same
+# function (gelu: erf form, as F.gelu; within float32 rounding of torch's, decisions §63).
+ONEDNN_ACTIVATIONS = MappingProxyType({"relu": ("relu", ""), "gelu": ("gelu", "none"), "silu": ("swish", ""),
+                                       "swish": ("swish", "")})
 
 
 def onednn_linear_available() -> bool:
@@ -26,8 +30,8 @@ def onednn_linear_available() -> bool:
 
 class PackedLinear(nn.Module):
     """y = x W^T (+ b) from a float32 weight [out_features, in_features] through oneDNN's reordered copy (a buffer,
-    so it counts in the model's bytes); with `keep_weight` the weight itself stays too (shared, not copied), for
-    inputs that are not float32 CPU tensors, which are refused otherwise."""
+    so it counts in the model's bytes), for float32 CPU inputs only (F.linear would refuse others against a float32
+    weight too). With `keep_weight`, `.weight` still names the weight (a tied head's embedding matrix, shared)."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, keep_weight: bool = True) -> None:
         super().__init__()
@@ -40,21 +44,34 @@ class PackedLinear(nn.Module):
         self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach()),
                              persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None,
+                activation: Optional[str] = None) -> torch.Tensor:
+        """x W^T + b, plus `addend` (a [out_features] or [1, out_features] tensor) and then `activation` (a name of
+        ONEDNN_ACTIVATIONS), both inside oneDNN's pass."""
+        bias = self.bias
+        if addend is not None:
+            bias = addend.reshape(-1) if bias is None else addend.reshape(-1) + bias
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features:
-            if self.weight is None:
-                raise TypeError(f"this float32 layer takes float32 CPU input [..., {self.in_features}], got "
-                                f"{x.dtype} {tuple(x.shape)} on {x.device}")
-            return F.linear(x, self.weight, self.bias)
+            raise TypeError(f"this float32 layer takes float32 CPU input [..., {self.in_features}], got "
+                            f"{x.dtype} {tuple(x.shape)} on {x.device}")
+        attr, algorithm = ("none", "") if activation is None else ONEDNN_ACTIVATIONS[activation]
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
-        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed_weight, self.bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed_weight, bias, attr, [], algorithm)
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 "oneDNN prepacked")
+
+
+def linear_then_activation(layer: nn.Module, activation: str, activation_fn: Callable, x: torch.Tensor):
+    """activation_fn(layer(x)), the activation (HF name `activation`) inside the matmul's pass where the layer is
+    packed and oneDNN has that function."""
+    if isinstance(layer, PackedLinear) and activation in ONEDNN_ACTIVATIONS:
+        return layer(x, activation=activation)
+    return activation_fn(layer(x))
 
 
 def pack_logits_head(model: nn.Module) -> bool:

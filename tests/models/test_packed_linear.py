@@ -6,7 +6,9 @@ from hf_reference import build_tiny_model
 from torch import nn
 
 from seq2seq_engine.model_loader.loader import load_model
-from seq2seq_engine.models.packed_linear import PackedLinear, onednn_linear_available, pack_linears, pack_logits_head
+from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, linear_then_activation,
+                                                 onednn_linear_available, pack_linears, pack_logits_head)
+from seq2seq_engine.models.utils import get_activation
 
 pytestmark = pytest.mark.skipif(not onednn_linear_available(), reason="torch built without oneDNN")
 
@@ -24,6 +26,41 @@ def test_packed_linear_matches_f_linear(rows, bias):
     torch.testing.assert_close(layer(x), F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
     assert layer(x.view(rows, 1, 96)).shape == (rows, 1, 3001)
     assert layer(x[:0]).shape == (0, 3001)
+
+
+@pytest.mark.parametrize("keep_weight", [False, True])
+@pytest.mark.parametrize("activation", [None, *ONEDNN_ACTIVATIONS])
+def test_packed_linear_adds_the_addend_and_applies_the_activation_in_its_pass(activation, keep_weight):
+    weight, bias, addend, x = _randn(0, 300, 40), _randn(1, 300), _randn(2, 1, 300), _randn(3, 9, 40)
+    layer = PackedLinear(weight, bias, keep_weight=keep_weight)
+    expected = F.linear(x, weight, bias) + addend
+    expected = expected if activation is None else get_activation(activation)(expected)
+    torch.testing.assert_close(layer(x, addend=addend, activation=activation), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)   # bias left as it was
+    with pytest.raises(TypeError, match=r"float32 CPU input \[\.\.\., 40\], got torch.float64"):
+        layer(x.double(), addend=addend, activation=activation)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "silu", "gelu_new", "quick_gelu"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_linear_then_activation(activation, packed):
+    weight, bias, x = _randn(0, 64, 16), _randn(1, 64), _randn(2, 5, 16)
+    layer = nn.Linear(16, 64)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    calls = []
+
+    def activation_fn(t):
+        calls.append(t.shape)
+        return get_activation(activation)(t)
+    expected = get_activation(activation)(F.linear(x, weight, bias))
+    if packed:
+        layer = PackedLinear(weight, bias, keep_weight=False)
+    torch.testing.assert_close(linear_then_activation(layer, activation, activation_fn, x), expected,
+                               rtol=1e-5, atol=1e-5)
+    fused = packed and activation in ONEDNN_ACTIVATIONS
+    assert calls == ([] if fused else [(5, 64)])     # oneDNN applied it, or the function did
 
 
 def test_packed_linear_refuses_a_weight_it_cannot_pack():
@@ -46,7 +83,7 @@ class _Head(nn.Module):
         self.lm_head = head
 
 
-def test_packed_linear_without_its_weight_refuses_other_inputs():
+def test_packed_linear_refuses_other_inputs_and_may_drop_its_weight():
     weight = _randn(0, 6, 5)
     layer = PackedLinear(weight, keep_weight=False)
     assert layer.weight is None and layer.packed_weight.numel() == weight.numel()
