@@ -121,7 +121,7 @@ def report(runs: Dict[str, EngineRun]) -> None:
     for name in ("floor", "floor-kv"):
         if name in runs and hf:
             print(f"HF / {name} = {hf.wall / runs[name].wall:.2f}x: the largest speed-up over HF an engine whose "
-                  f"float32 weight matmuls run at torch's rate can reach"
+                  f"float32 weight matmuls run at this engine's rate can reach"
                   + (", reading its K/V cache once a step" if name == "floor-kv" else ""))
     if ours and hf:
         same, prefix = agreement(hf.outputs, ours.outputs)
