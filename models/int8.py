@@ -8,6 +8,8 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
+from seq2seq_engine.models.utils import replace_linears
+
 QUANTIZATION_METHODS = ("int8",)
 # FBGEMM_ENABLE_INSTRUCTIONS values that make fbgemm run without VNNI (vpmaddubsw pairs saturate at int16).
 _NO_VNNI_ISAS = ("AVX2", "AVX512", "AVX512_256")
@@ -156,13 +158,7 @@ def _quantize_embeddings(model: nn.Module, weight: torch.Tensor) -> None:
 def quantize_linears(module: nn.Module, reduce_range: Optional[bool] = None, per_row: bool = True) -> int:
     """Replace every nn.Linear inside `module` (fused projections included: one int8 matmul for q/k/v) by an
     Int8Linear built from its weights, in place; returns how many were replaced."""
-    replaced = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(parent, name, Int8Linear.from_linear(child, reduce_range, per_row))
-                replaced += 1
-    return replaced
+    return replace_linears(module, lambda linear: Int8Linear.from_linear(linear, reduce_range, per_row))
 
 
 def quantize_model(model: nn.Module, method: str = "int8") -> nn.Module:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from seq2seq_engine.config import env_switch
+from seq2seq_engine.models.utils import replace_linears
 
 ONEDNN_LINEAR_ENV = "SEQ2SEQ_ENGINE_ONEDNN_LINEAR"
 # HF activation name -> oneDNN post-op (attr, algorithm) applied to the matmul's output in the same pass: the same
@@ -48,12 +49,12 @@ class PackedLinear(nn.Module):
                 activation: Optional[str] = None) -> torch.Tensor:
         """x W^T + b, plus `addend` (a [out_features] or [1, out_features] tensor) and then `activation` (a name of
         ONEDNN_ACTIVATIONS), both inside oneDNN's pass."""
-        bias = self.bias
-        if addend is not None:
-            bias = addend.reshape(-1) if bias is None else addend.reshape(-1) + bias
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features:
             raise TypeError(f"this float32 layer takes float32 CPU input [..., {self.in_features}], got "
                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
+        bias = self.bias
+        if addend is not None:
+            bias = addend.reshape(-1) if bias is None else addend.reshape(-1) + bias
         attr, algorithm = ("none", "") if activation is None else ONEDNN_ACTIVATIONS[activation]
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
@@ -97,15 +98,12 @@ def pack_logits_head(model: nn.Module) -> bool:
 def pack_linears(module: nn.Module) -> int:
     """Replace every float32 CPU nn.Linear inside `module` by a PackedLinear without the plain weight (oneDNN's copy
     takes its place, so memory stays the same), in place; returns how many were replaced."""
-    replaced = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            weight = child.weight if isinstance(child, nn.Linear) else None
-            if weight is not None and weight.dtype == torch.float32 and weight.device.type == "cpu":
-                bias = None if child.bias is None else child.bias.detach()
-                setattr(parent, name, PackedLinear(weight.detach(), bias, keep_weight=False))
-                replaced += 1
-    return replaced
+    def packed(linear: nn.Linear) -> Optional[PackedLinear]:
+        if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
+            return None
+        bias = None if linear.bias is None else linear.bias.detach()
+        return PackedLinear(linear.weight.detach(), bias, keep_weight=False)
+    return replace_linears(module, packed)
 
 
 def pack_float32_model(model: nn.Module) -> int:

@@ -134,6 +134,19 @@ def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         raise ValueError(f"unsupported activation {name!r}; supported: {sorted(_ACTIVATIONS)}") from None
 
 
+def replace_linears(module: nn.Module, build: Callable[[nn.Linear], Optional[nn.Module]]) -> int:
+    """Replace every nn.Linear inside `module` by `build(linear)`, in place, where that is not None; returns how
+    many were replaced."""
+    replaced = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            replacement = build(child) if isinstance(child, nn.Linear) else None
+            if replacement is not None:
+                setattr(parent, name, replacement)
+                replaced += 1
+    return replaced
+
+
 def head_dim_of(hidden_size: int, num_heads: int) -> int:
     """hidden_size // num_heads, refusing a hidden size that the heads do not divide."""
     if hidden_size % num_heads:
