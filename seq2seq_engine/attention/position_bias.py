@@ -17,17 +17,16 @@ class StepRelativeBuckets:
 
     def __init__(self, to_buckets: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.to_buckets = to_buckets
-        self._prefill: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._prefill: Dict[tuple, torch.Tensor] = {}
         self._decode: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
 
-    def prefill(self, q_len: int, k_len: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(buckets, relative positions), both [q_len, k_len], of a block whose queries are its last q_len
-        positions (bottom-right aligned: a prefill continuing a cached context)."""
+    def prefill(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+        """Buckets [q_len + k_len - 1] of the relative positions -(k_len - 1) .. q_len - 1: the diagonals of a block
+        whose queries are its last q_len positions (bottom-right aligned: a prefill continuing a cached context).
+        Entry (i, j) of the block is diagonal j - i + q_len - 1, so the block's buckets are these, unfolded."""
         key = (q_len, k_len, device)
         if key not in self._prefill:
-            query_positions = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-            relative = torch.arange(k_len, device=device)[None, :] - query_positions
-            self._prefill[key] = (self.to_buckets(relative), relative)
+            self._prefill[key] = self.to_buckets(torch.arange(-(k_len - 1), q_len, device=device))
         return self._prefill[key]
 
     def decode(self, context_lens: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -60,10 +59,13 @@ class StepPositionBias:
         its last q_len positions; -inf on future keys when causal."""
         key = (q_len, k_len, causal, dtype, device)
         if key not in self._masks:
-            buckets, relative = self.buckets.prefill(q_len, k_len, device)
-            mask = self.lookup(buckets).to(dtype)
-            if causal:
-                mask = mask.masked_fill(relative > 0, float("-inf"))
+            # the bias of each diagonal, spread over the block: window w of the unfolded diagonals is row
+            # q_len - 1 - w (a Toeplitz matrix, so the buckets and table lookups scale with q_len + k_len)
+            diagonals = self.lookup(self.buckets.prefill(q_len, k_len, device)).to(dtype)
+            mask = diagonals.unfold(1, k_len, 1).flip(1)
+            if causal:  # future keys: relative position j - (k_len - q_len + i) > 0
+                future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).triu(k_len - q_len + 1)
+                mask = mask.masked_fill(future, float("-inf"))
             self._masks[key] = mask.unsqueeze(0).contiguous()
         return self._masks[key]
 
