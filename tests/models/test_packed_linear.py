@@ -1,38 +1,54 @@
-"""oneDNN-prepacked float32 linear layers (models/packed_linear.py) against F.linear, and where they are installed."""
+"""Packed float32 linear layers (models/packed_linear.py: native panels or oneDNN's reordered weight) against
+F.linear, and where they are installed."""
 import pytest
 import torch
 import torch.nn.functional as F
 from hf_reference import build_tiny_model
 from torch import nn
 
+from seq2seq_engine.kernels.native_linear import PANEL_WIDTH, panel_linear_available
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, linear_then_activation,
-                                                 onednn_linear_available, pack_linears, pack_logits_head)
+                                                 onednn_linear_available, pack_linears, pack_logits_head,
+                                                 packed_linear_available)
 from seq2seq_engine.models.utils import get_activation
 
-pytestmark = pytest.mark.skipif(not onednn_linear_available(), reason="torch built without oneDNN")
+pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="neither the panel kernel nor oneDNN here")
+# both packings, each where it is available
+LAYOUTS = [pytest.param(True, id="panels", marks=pytest.mark.skipif(not panel_linear_available(),
+                                                                    reason="no AVX-512 panel kernel")),
+           pytest.param(False, id="onednn", marks=pytest.mark.skipif(not onednn_linear_available(),
+                                                                     reason="torch built without oneDNN"))]
 
 
 def _randn(seed, *shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def _packed_numel(layer, weight):
+    """Elements the packed copy of `weight` holds: oneDNN's reorder keeps the size, panels pad to 32 columns."""
+    out_features, in_features = weight.shape
+    return -(-out_features // PANEL_WIDTH) * PANEL_WIDTH * in_features if layer.panels else weight.numel()
+
+
+@pytest.mark.parametrize("panels", LAYOUTS)
 @pytest.mark.parametrize("rows", [1, 7, 130])
 @pytest.mark.parametrize("bias", [False, True])
-def test_packed_linear_matches_f_linear(rows, bias):
+def test_packed_linear_matches_f_linear(rows, bias, panels):
     weight, x = _randn(0, 3001, 96) * 0.1, _randn(1, rows, 96)
     b = _randn(2, 3001) if bias else None
-    layer = PackedLinear(weight, b)
+    layer = PackedLinear(weight, b, panels=panels)
     torch.testing.assert_close(layer(x), F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
     assert layer(x.view(rows, 1, 96)).shape == (rows, 1, 3001)
     assert layer(x[:0]).shape == (0, 3001)
 
 
+@pytest.mark.parametrize("panels", LAYOUTS)
 @pytest.mark.parametrize("keep_weight", [False, True])
 @pytest.mark.parametrize("activation", [None, *ONEDNN_ACTIVATIONS])
-def test_packed_linear_adds_the_addend_and_applies_the_activation_in_its_pass(activation, keep_weight):
+def test_packed_linear_adds_the_addend_and_applies_the_activation(activation, keep_weight, panels):
     weight, bias, addend, x = _randn(0, 300, 40), _randn(1, 300), _randn(2, 1, 300), _randn(3, 9, 40)
-    layer = PackedLinear(weight, bias, keep_weight=keep_weight)
+    layer = PackedLinear(weight, bias, keep_weight=keep_weight, panels=panels)
     expected = F.linear(x, weight, bias) + addend
     expected = expected if activation is None else get_activation(activation)(expected)
     torch.testing.assert_close(layer(x, addend=addend, activation=activation), expected, rtol=1e-5, atol=1e-5)
@@ -44,6 +60,7 @@ def test_packed_linear_adds_the_addend_and_applies_the_activation_in_its_pass(ac
 @pytest.mark.parametrize("activation", ["gelu", "silu", "gelu_new", "quick_gelu"])
 @pytest.mark.parametrize("packed", [False, True])
 def test_linear_then_activation(activation, packed):
+    """A packed layer applies the activations it knows itself (inside oneDNN's pass on that path)."""
     weight, bias, x = _randn(0, 64, 16), _randn(1, 64), _randn(2, 5, 16)
     layer = nn.Linear(16, 64)
     with torch.no_grad():
@@ -60,12 +77,15 @@ def test_linear_then_activation(activation, packed):
     torch.testing.assert_close(linear_then_activation(layer, activation, activation_fn, x), expected,
                                rtol=1e-5, atol=1e-5)
     fused = packed and activation in ONEDNN_ACTIVATIONS
-    assert calls == ([] if fused else [(5, 64)])     # oneDNN applied it, or the function did
+    assert calls == ([] if fused else [(5, 64)])     # the layer applied it, or the function did
 
 
 def test_packed_linear_refuses_a_weight_it_cannot_pack():
     with pytest.raises(ValueError, match="float32"):
         PackedLinear(torch.ones(4, 4, dtype=torch.bfloat16))
+    if not panel_linear_available():
+        with pytest.raises(ValueError, match="panel linear kernel is not available"):
+            PackedLinear(torch.ones(4, 4), panels=True)
 
 
 class _Head(nn.Module):
@@ -83,10 +103,11 @@ class _Head(nn.Module):
         self.lm_head = head
 
 
-def test_packed_linear_refuses_other_inputs_and_may_drop_its_weight():
+@pytest.mark.parametrize("panels", LAYOUTS)
+def test_packed_linear_refuses_other_inputs_and_may_drop_its_weight(panels):
     weight = _randn(0, 6, 5)
-    layer = PackedLinear(weight, keep_weight=False)
-    assert layer.weight is None and layer.packed_weight.numel() == weight.numel()
+    layer = PackedLinear(weight, keep_weight=False, panels=panels)
+    assert layer.weight is None and layer.packed_weight.numel() == _packed_numel(layer, weight)
     torch.testing.assert_close(layer(_randn(1, 3, 5)), F.linear(_randn(1, 3, 5), weight), rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match=r"float32 CPU input \[\.\.\., 5\], got torch.bfloat16"):
         layer(_randn(1, 3, 5).bfloat16())
@@ -100,7 +121,7 @@ def test_pack_logits_head_replaces_the_head_with_the_same_weight(tied):
     weight = model.embed.weight if tied else model.lm_head.weight
     assert pack_logits_head(model)
     assert isinstance(model.lm_head, PackedLinear)
-    if tied:    # the embedding matrix stays shared; an own head's plain weight is dropped for oneDNN's copy
+    if tied:    # the embedding matrix stays shared; an own head's plain weight is dropped for the packed copy
         assert model.lm_head.weight.data_ptr() == weight.data_ptr()
     else:
         assert model.lm_head.weight is None
@@ -122,11 +143,11 @@ def test_pack_linears_replaces_float32_linears_only():
 
 @pytest.mark.parametrize("arch", ["bart", "whisper", "llama"])
 def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_path, monkeypatch):
-    """Every nn.Linear of a float32 model becomes a PackedLinear whose oneDNN copy replaces the weight (no second
+    """Every nn.Linear of a float32 model becomes a PackedLinear whose packed copy replaces the weight (no second
     copy kept) and computes what the unpacked layer computes."""
     model_dir, _ = build_tiny_model(arch, tmp_path)
     packed, _ = load_model(model_dir)
-    monkeypatch.setenv("SEQ2SEQ_ENGINE_ONEDNN_LINEAR", "0")     # the switch back to F.linear
+    monkeypatch.setenv("SEQ2SEQ_ENGINE_PACKED_LINEAR", "0")     # the switch back to F.linear
     plain, _ = load_model(model_dir)
     assert not [name for name, m in packed.named_modules() if isinstance(m, nn.Linear)]
     linears = {name: m for name, m in plain.named_modules() if isinstance(m, nn.Linear)}
@@ -134,6 +155,7 @@ def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_
     for name, linear in linears.items():
         layer = packed.get_submodule(name)
         assert isinstance(layer, PackedLinear) and layer.weight is None, name
-        assert layer.packed_weight.numel() == linear.weight.numel(), name
+        assert layer.panels == panel_linear_available(), name
+        assert layer.packed_weight.numel() == _packed_numel(layer, linear.weight), name
         x = _randn(5, 3, linear.in_features)
         torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,59 @@
+"""ctypes front end of the float32 panel linear layer in csrc/panel_linear_cpu.c (x W^T + b for any row count).
+
+``to_panels(weight)`` stores a weight [N, K] as [ceil(N / 32), K, 32] column panels (zero-padded past N) and
+``panel_linear(x, panels, out_features, bias)`` computes x W^T + bias from them. The kernel needs AVX-512F at
+build time; ``panel_linear_available()`` says whether it is there (it is False, too, without a C compiler or with
+``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``), and callers keep their other path where it is not.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from .native import load_library, tensor_ptr
+
+PANEL_WIDTH = 32
+_LIBRARY = "panel_linear_cpu"
+
+
+def panel_linear_available() -> bool:
+    """Whether the native panel kernel built here and has its AVX-512 code."""
+    library = load_library(_LIBRARY)
+    return library is not None and library.panel_linear_supported() == 1
+
+
+def to_panels(weight: torch.Tensor) -> torch.Tensor:
+    """The [ceil(N / 32), K, 32] float32 panels of a 2-d float32 weight [N, K] (a copy; columns past N are 0)."""
+    if weight.dim() != 2 or weight.dtype != torch.float32:
+        raise ValueError(f"to_panels takes a 2-d float32 weight, got {weight.dtype} {tuple(weight.shape)}")
+    out_features, in_features = weight.shape
+    num_panels = -(-out_features // PANEL_WIDTH)
+    padded = torch.zeros(num_panels * PANEL_WIDTH, in_features, dtype=torch.float32)
+    padded[:out_features] = weight
+    return padded.view(num_panels, PANEL_WIDTH, in_features).transpose(1, 2).contiguous()
+
+
+def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
+                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x [rows, K] (float32 CPU, unit stride along K) times the panels' weight, plus bias [out_features]:
+    a new contiguous [rows, out_features] tensor."""
+    num_panels, in_features, width = panels.shape
+    if (x.dim() != 2 or x.shape[1] != in_features or x.dtype != torch.float32 or x.stride(1) != 1
+            or width != PANEL_WIDTH or not panels.is_contiguous() or num_panels != -(-out_features // PANEL_WIDTH)):
+        raise ValueError(f"panel_linear: input {x.dtype} {tuple(x.shape)} (strides {x.stride()}) does not fit "
+                         f"panels {tuple(panels.shape)} of {out_features} outputs")
+    if bias is not None and (bias.shape != (out_features,) or bias.dtype != torch.float32):
+        raise ValueError(f"panel_linear: bias must be float32 [{out_features}], got {bias.dtype} "
+                         f"{tuple(bias.shape)}")
+    out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
+    if x.shape[0] == 0:
+        return out
+    library = load_library(_LIBRARY)
+    bias = None if bias is None else bias.contiguous()
+    library.panel_linear_f32(tensor_ptr(x), ctypes.c_int64(x.stride(0)), ctypes.c_int64(x.shape[0]),
+                             ctypes.c_int64(in_features), tensor_ptr(panels), ctypes.c_int64(out_features),
+                             tensor_ptr(bias), tensor_ptr(out), ctypes.c_int64(out_features),
+                             ctypes.c_int(torch.get_num_threads()))
+    return out
