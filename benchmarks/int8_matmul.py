@@ -2,13 +2,16 @@
 
     .venv/bin/python benchmarks/int8_matmul.py                     # whisper-base shapes, 5 interleaved rounds
     .venv/bin/python benchmarks/int8_matmul.py --models whisper,bart,smollm2 --rounds 9
-    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn
+    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
     .venv/bin/python benchmarks/int8_matmul.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
     .venv/bin/python benchmarks/int8_matmul.py --quick             # smoke run: two small shapes, one round
 
 Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
   float32        F.linear (MKL sgemm)
-  float32-onednn the engine's PackedLinear, what float32 CPU models run: oneDNN's linear on a weight reordered once
+  float32-onednn the engine's PackedLinear on oneDNN: its linear on a weight reordered once (what float32 CPU models
+                 run where the panel kernel is missing)
+  float32-panels the engine's PackedLinear on the native panel kernel (kernels/native_linear.py), what float32 CPU
+                 models run where it built (AVX-512)
   bfloat16       F.linear on bfloat16 x, W, b (oneDNN; x converted before timing, as in a bfloat16 model)
   int8-fbgemm    the engine's Int8Linear, what quantization="int8" runs: torch.ops.quantized.linear_dynamic
                  (fbgemm; per-channel int8 W, x quantized per call to uint8) on x divided by its rows' max |x|,
@@ -35,8 +38,8 @@ from typing import Callable, Dict, List, Tuple
 
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
             "ATEN_CPU_CAPABILITY": "avx2"}
-CANDIDATES = ("float32", "float32-onednn", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt", "int8-onednn", "int8-intmm",
-              "w8-bf16", "torchao")
+CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt",
+              "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
 # (label, rows, K, N) per model: encoder (prefill) rows, then decoder rows, then the logits projection.
 SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
     "whisper": [("enc qkv", 1500, 512, 1536), ("enc out", 1500, 512, 512), ("enc fc1", 1500, 512, 2048),
@@ -127,9 +130,9 @@ def build(name: str, x, weight, bias) -> Callable:
     import torch.nn.functional as F
     if name == "float32":
         return lambda: F.linear(x, weight, bias)
-    if name == "float32-onednn":
+    if name in ("float32-onednn", "float32-panels"):
         from seq2seq_engine.models.packed_linear import PackedLinear
-        layer = PackedLinear(weight, bias, keep_weight=False)
+        layer = PackedLinear(weight, bias, keep_weight=False, panels=name == "float32-panels")
         return lambda: layer(x)
     if name == "bfloat16":
         xb, wb, bb = x.bfloat16(), weight.bfloat16(), bias.bfloat16()
@@ -216,6 +219,10 @@ def main(argv=None) -> int:
     if "torchao" in names and importlib.util.find_spec("torchao") is None:
         print("torchao is not installed: skipped")
         names.remove("torchao")
+    from seq2seq_engine.kernels.native_linear import panel_linear_available
+    if "float32-panels" in names and not panel_linear_available():
+        print("the panel kernel is not available here (no AVX-512): float32-panels skipped")
+        names.remove("float32-panels")
     header(args)
     results = []
     for model in args.models.split(","):

@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/matmul_floor.py --quick      # smoke run: 8 prompts, 16 new tokens
 
 "floor" replays only the weight matmuls this engine performs for the workload through the loaded model's own
-layers, oneDNN's prepacked linear (torch's F.linear with SEQ2SEQ_ENGINE_ONEDNN_LINEAR=0): its fused q/k/v and
+layers, the packed float32 linears (F.linear with SEQ2SEQ_ENGINE_PACKED_LINEAR=0): its fused q/k/v and
 gate/up shapes, the same prompt packing into steps and the same rows per decode step, the logits projection on one row
 per request and step, with random activations and nothing between them: no attention, norms, sampler or Python
 bookkeeping. "floor-kv" adds, per decode step, one read of every cached K/V byte the step's attention must read

@@ -1,13 +1,15 @@
 """ctypes front end of the float32 panel linear layer in csrc/panel_linear_cpu.c (x W^T + b for any row count).
 
 ``to_panels(weight)`` stores a weight [N, K] as [ceil(N / 32), K, 32] column panels (zero-padded past N) and
-``panel_linear(x, panels, out_features, bias)`` computes x W^T + bias from them. The kernel needs AVX-512F at
+``panel_linear(x, panels, out_features, bias, activation)`` computes activation(x W^T + bias) from them (the
+activation applied to each output tile while it is in cache). The kernel needs AVX-512F at
 build time; ``panel_linear_available()`` says whether it is there (it is False, too, without a C compiler or with
 ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``), and callers keep their other path where it is not.
 """
 from __future__ import annotations
 
 import ctypes
+from types import MappingProxyType
 from typing import Optional
 
 import torch
@@ -16,6 +18,8 @@ from .native import load_library, tensor_ptr
 
 PANEL_WIDTH = 32
 _LIBRARY = "panel_linear_cpu"
+# HF activation name -> the kernel's code (csrc/panel_linear_cpu.c), the same function as F.relu, F.silu and F.gelu
+PANEL_ACTIVATIONS = MappingProxyType({"relu": 1, "silu": 2, "swish": 2, "gelu": 3})
 
 
 def panel_linear_available() -> bool:
@@ -35,10 +39,10 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(num_panels, PANEL_WIDTH, in_features).transpose(1, 2).contiguous()
 
 
-def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
-                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """x [rows, K] (float32 CPU, unit stride along K) times the panels' weight, plus bias [out_features]:
-    a new contiguous [rows, out_features] tensor."""
+def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: Optional[torch.Tensor] = None,
+                 activation: Optional[str] = None) -> torch.Tensor:
+    """x [rows, K] (float32 CPU, unit stride along K) times the panels' weight, plus bias [out_features], then
+    `activation` (a name of PANEL_ACTIVATIONS): a new contiguous [rows, out_features] tensor."""
     num_panels, in_features, width = panels.shape
     if (x.dim() != 2 or x.shape[1] != in_features or x.dtype != torch.float32 or x.stride(1) != 1
             or width != PANEL_WIDTH or not panels.is_contiguous() or num_panels != -(-out_features // PANEL_WIDTH)):
@@ -47,6 +51,8 @@ def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
     if bias is not None and (bias.shape != (out_features,) or bias.dtype != torch.float32):
         raise ValueError(f"panel_linear: bias must be float32 [{out_features}], got {bias.dtype} "
                          f"{tuple(bias.shape)}")
+    if activation is not None and activation not in PANEL_ACTIVATIONS:
+        raise ValueError(f"panel_linear: activation {activation!r} is not one of {', '.join(PANEL_ACTIVATIONS)}")
     out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
     if x.shape[0] == 0:
         return out
@@ -54,6 +60,7 @@ def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
     bias = None if bias is None else bias.contiguous()
     library.panel_linear_f32(tensor_ptr(x), ctypes.c_int64(x.stride(0)), ctypes.c_int64(x.shape[0]),
                              ctypes.c_int64(in_features), tensor_ptr(panels), ctypes.c_int64(out_features),
-                             tensor_ptr(bias), tensor_ptr(out), ctypes.c_int64(out_features),
+                             tensor_ptr(bias), ctypes.c_int(PANEL_ACTIVATIONS.get(activation, 0)), tensor_ptr(out),
+                             ctypes.c_int64(out_features),
                              ctypes.c_int(torch.get_num_threads()))
     return out

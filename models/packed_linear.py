@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.config import env_switch
@@ -25,10 +24,6 @@ PACKED_LINEAR_ENV = "SEQ2SEQ_ENGINE_PACKED_LINEAR"
 # function (gelu: erf form, as F.gelu; within float32 rounding of torch's, decisions §63).
 ONEDNN_ACTIVATIONS = MappingProxyType({"relu": ("relu", ""), "gelu": ("gelu", "none"), "silu": ("swish", ""),
                                        "swish": ("swish", "")})
-# the same activations as torch functions, applied after the panel kernel (in place where torch can)
-TORCH_ACTIVATIONS = MappingProxyType({"relu": lambda x: F.relu(x, inplace=True), "gelu": F.gelu,
-                                      "silu": lambda x: F.silu(x, inplace=True),
-                                      "swish": lambda x: F.silu(x, inplace=True)})
 
 
 def onednn_linear_available() -> bool:
@@ -70,7 +65,7 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None,
                 activation: Optional[str] = None) -> torch.Tensor:
         """x W^T + b, plus `addend` (a [out_features] or [1, out_features] tensor, added as part of the bias) and
-        then `activation` (a name of ONEDNN_ACTIVATIONS; inside oneDNN's pass on that path)."""
+        then `activation` (a name of ONEDNN_ACTIVATIONS), both inside the matmul's pass on either path."""
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features:
             raise TypeError(f"this float32 layer takes float32 CPU input [..., {self.in_features}], got "
                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
@@ -82,9 +77,7 @@ class PackedLinear(nn.Module):
             return x.new_empty(*x.shape[:-1], self.out_features)
         if self.panels:
             out = panel_linear(rows if rows.stride(1) == 1 else rows.contiguous(), self.packed_weight,
-                               self.out_features, bias)
-            if activation is not None:
-                out = TORCH_ACTIVATIONS[activation](out)
+                               self.out_features, bias, activation)
         else:
             attr, algorithm = ("none", "") if activation is None else ONEDNN_ACTIVATIONS[activation]
             out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed_weight, bias, attr, [],
@@ -97,8 +90,8 @@ class PackedLinear(nn.Module):
 
 
 def linear_then_activation(layer: nn.Module, activation: str, activation_fn: Callable, x: torch.Tensor):
-    """activation_fn(layer(x)); where the layer is packed and the activation (HF name `activation`) is one of
-    ONEDNN_ACTIVATIONS, the layer applies it (inside oneDNN's pass on that path)."""
+    """activation_fn(layer(x)), the activation (HF name `activation`) inside the matmul's pass where the layer is
+    packed and the activation is one of ONEDNN_ACTIVATIONS (the panel kernel has the same ones)."""
     if isinstance(layer, PackedLinear) and activation in ONEDNN_ACTIVATIONS:
         return layer(x, activation=activation)
     return activation_fn(layer(x))

@@ -7,21 +7,38 @@
  * (x broadcast, two panel loads and 16 FMAs per k), so the panel is read from memory once and from cache for the
  * other row tiles. Decode steps (a few rows) are then bound by memory bandwidth, not by a blocking made for large
  * matrices; large prefill matrices run at the FMA rate as well.
+ * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
+#include <math.h>
 #include <stdint.h>
 
 #define PANEL 32
 #define TILE_ROWS 8
+
+enum { ACTIVATION_NONE = 0, ACTIVATION_RELU = 1, ACTIVATION_SILU = 2, ACTIVATION_GELU = 3 };
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+/* The activation of a stored tile, as torch computes it (F.relu, F.silu, F.gelu), within float32 rounding. */
+static void activate_tile(float *out, int64_t out_stride, int rows, int64_t cols, int activation) {
+    for (int r = 0; r < rows; r++) {
+        float *o = out + r * out_stride;
+        if (activation == ACTIVATION_RELU)
+            for (int64_t j = 0; j < cols; j++) o[j] = o[j] > 0.0f ? o[j] : 0.0f;
+        else if (activation == ACTIVATION_SILU)
+            for (int64_t j = 0; j < cols; j++) o[j] = o[j] / (1.0f + expf(-o[j]));
+        else if (activation == ACTIVATION_GELU)
+            for (int64_t j = 0; j < cols; j++) o[j] = 0.5f * o[j] * (1.0f + erff(o[j] * (float)M_SQRT1_2));
+    }
+}
+
 /* Outputs [rows x cols] (rows <= TILE_ROWS, cols <= PANEL) of one panel for the rows of x starting at `x`. */
 ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
-                              const float *bias, float *out, int64_t out_stride, int64_t cols) {
+                              const float *bias, float *out, int64_t out_stride, int64_t cols, int activation) {
     __m512 low[TILE_ROWS], high[TILE_ROWS];
     for (int r = 0; r < rows; r++) {
         low[r] = _mm512_setzero_ps();
@@ -43,20 +60,22 @@ ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, 
         _mm512_mask_storeu_ps(out + r * out_stride, mask_low, _mm512_add_ps(low[r], bias_low));
         _mm512_mask_storeu_ps(out + r * out_stride + 16, mask_high, _mm512_add_ps(high[r], bias_high));
     }
+    if (activation != ACTIVATION_NONE) activate_tile(out, out_stride, rows, cols, activation);
 }
 
 /* Every row of x against one panel, TILE_ROWS rows at a time (the row count is a constant in each copy). */
 static void panel_all_rows(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panel,
-                           const float *bias, float *out, int64_t out_stride, int64_t cols) {
+                           const float *bias, float *out, int64_t out_stride, int64_t cols, int activation) {
     for (int64_t first = 0; first < num_rows; first += TILE_ROWS) {
         const int64_t rows = num_rows - first < TILE_ROWS ? num_rows - first : TILE_ROWS;
         const float *x_rows = x + first * x_stride;
         float *out_rows = out + first * out_stride;
 #define TILE_CASE(n) \
-    case n: panel_tile(x_rows, x_stride, n, k_size, panel, bias, out_rows, out_stride, cols); break;
+    case n: panel_tile(x_rows, x_stride, n, k_size, panel, bias, out_rows, out_stride, cols, activation); break;
         switch (rows) {
             TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7)
-            default: panel_tile(x_rows, x_stride, TILE_ROWS, k_size, panel, bias, out_rows, out_stride, cols);
+            default:
+                panel_tile(x_rows, x_stride, TILE_ROWS, k_size, panel, bias, out_rows, out_stride, cols, activation);
         }
 #undef TILE_CASE
     }
@@ -64,16 +83,17 @@ static void panel_all_rows(const float *x, int64_t x_stride, int64_t num_rows, i
 
 int panel_linear_supported(void) { return 1; }
 
-/* out [num_rows, n_size] (row stride out_stride) = x [num_rows, k_size] (row stride x_stride) W^T + bias (may be
- * NULL); panels as described above. */
+/* out [num_rows, n_size] (row stride out_stride) = activation(x [num_rows, k_size] (row stride x_stride) W^T + bias)
+ * (bias may be NULL; activation one of the enum above); panels as described above. */
 void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
-                      int64_t n_size, const float *bias, float *out, int64_t out_stride, int num_threads) {
+                      int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
+                      int num_threads) {
     const int64_t num_panels = (n_size + PANEL - 1) / PANEL;
 #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t p = 0; p < num_panels; p++) {
         const int64_t first_col = p * PANEL, cols = n_size - first_col < PANEL ? n_size - first_col : PANEL;
         panel_all_rows(x, x_stride, num_rows, k_size, panels + p * k_size * PANEL, bias ? bias + first_col : 0,
-                       out + first_col, out_stride, cols);
+                       out + first_col, out_stride, cols, activation);
     }
 }
 
@@ -82,9 +102,10 @@ void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_
 int panel_linear_supported(void) { return 0; }
 
 void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
-                      int64_t n_size, const float *bias, float *out, int64_t out_stride, int num_threads) {
-    (void)x, (void)x_stride, (void)num_rows, (void)k_size, (void)panels, (void)n_size, (void)bias, (void)out,
-        (void)out_stride, (void)num_threads;
+                      int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
+                      int num_threads) {
+    (void)x, (void)x_stride, (void)num_rows, (void)k_size, (void)panels, (void)n_size, (void)bias, (void)activation,
+        (void)out, (void)out_stride, (void)num_threads;
 }
 
 #endif

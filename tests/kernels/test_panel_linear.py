@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq_engine.kernels.native_linear import PANEL_WIDTH, panel_linear, panel_linear_available, to_panels
+from seq2seq_engine.kernels.native_linear import (PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear, panel_linear_available,
+                                                  to_panels)
 
 pytestmark = pytest.mark.skipif(not panel_linear_available(), reason="no AVX-512 panel kernel on this machine")
 
@@ -33,6 +34,15 @@ def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
                                rtol=1e-5, atol=1e-5 * in_features ** 0.5)
 
 
+@pytest.mark.parametrize("activation", sorted(PANEL_ACTIVATIONS))
+@pytest.mark.parametrize("rows", [2, 11])
+def test_panel_linear_applies_the_activation_after_the_bias(activation, rows):
+    weight, bias, x = _randn(10, 70, 48) * 0.3, _randn(11, 70), _randn(12, rows, 48)
+    function = {"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu}[activation]
+    torch.testing.assert_close(panel_linear(x, to_panels(weight), 70, bias, activation),
+                               function(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-5)
+
+
 def test_panel_linear_reads_strided_rows_and_no_rows():
     weight, wide = _randn(4, 40, 24), _randn(5, 11, 60)
     x = wide[:, 10:34]                                   # row stride 60, unit column stride
@@ -52,3 +62,5 @@ def test_panel_linear_refuses_inputs_that_do_not_fit():
         panel_linear(_randn(7, 3, 24), panels, 40, _randn(8, 39))
     with pytest.raises(ValueError, match="2-d float32 weight"):
         to_panels(_randn(9, 4, 4).double())
+    with pytest.raises(ValueError, match="activation 'gelu_new' is not one of"):
+        panel_linear(_randn(7, 3, 24), panels, 40, activation="gelu_new")
