@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/int8_matmul.py                     # whisper-base shapes, 5 interleaved rounds
     .venv/bin/python benchmarks/int8_matmul.py --models whisper,bart,smollm2 --rounds 9
     .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
+    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --cold --candidates float32-onednn,float32-panels
     .venv/bin/python benchmarks/int8_matmul.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
     .venv/bin/python benchmarks/int8_matmul.py --quick             # smoke run: two small shapes, one round
 
@@ -22,7 +23,9 @@ Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
   w8-bf16        torch._weight_int8pack_mm: int8 W, bfloat16 x, no activation quantization (weight-only)
   torchao        torchao's Int8DynamicActivationInt8WeightConfig in eager mode, when torchao is installed
 Every candidate runs once per round on each shape, interleaved (A, B, C, A, B, C, ...); a cell is the fastest
-single call over all rounds (the machine is shared: the minimum is the least disturbed). "err" is the largest
+single call over all rounds (the machine is shared: the minimum is the least disturbed). With --cold, a read of
+EVICT_BYTES before every timed call pushes the weights out of the caches, as in a decode step, where a whole model's
+weights pass through them (without it, repeated calls find a small weight in cache). "err" is the largest
 |y - y_float32| over the largest |y_float32| on random inputs, the error the quantization adds.
 """
 from __future__ import annotations
@@ -40,6 +43,8 @@ AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FB
             "ATEN_CPU_CAPABILITY": "avx2"}
 CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt",
               "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
+# bytes read before each --cold call: three times this VM's 32 MiB L3
+EVICT_BYTES = 96 * 1024 * 1024
 # (label, rows, K, N) per model: encoder (prefill) rows, then decoder rows, then the logits projection.
 SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
     "whisper": [("enc qkv", 1500, 512, 1536), ("enc out", 1500, 512, 512), ("enc fc1", 1500, 512, 2048),
@@ -69,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each times every candidate")
     parser.add_argument("--calls", type=int, default=3, help="timed calls per candidate and round")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cold", action="store_true", help="evict the caches before every timed call (see above)")
     parser.add_argument("--avx2", action="store_true", help="re-run in a child with " +
                         " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()) + " (a CPU without AVX-512/BF16/VNNI)")
     parser.add_argument("--quick", action="store_true", help="smoke run: two small shapes, one round, one call")
@@ -149,9 +155,12 @@ def build(name: str, x, weight, bias) -> Callable:
 
 
 # ------------------------------------------------------------------------------------------- timing
-def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: int) -> Dict[str, Tuple[float, float]]:
-    """{candidate: (fastest call in ms, relative error vs float32)} on one shape, candidates interleaved."""
+def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: int,
+               cold: bool = False) -> Dict[str, Tuple[float, float]]:
+    """{candidate: (fastest call in ms, relative error vs float32)} on one shape, candidates interleaved; `cold`
+    reads EVICT_BYTES before each timed call."""
     import torch
+    evict = torch.ones(EVICT_BYTES // 4) if cold else None
     generator = torch.Generator().manual_seed(rows * 7919 + k * 31 + n)
     x = torch.randn(rows, k, generator=generator)
     weight = torch.randn(n, k, generator=generator) / k ** 0.5
@@ -166,6 +175,8 @@ def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: 
         for _ in range(rounds):
             for name in names:
                 for _ in range(calls):
+                    if evict is not None:
+                        evict.sum()
                     start = time.perf_counter()
                     runs[name]()
                     best[name] = min(best[name], time.perf_counter() - start)
@@ -227,7 +238,7 @@ def main(argv=None) -> int:
     results = []
     for model in args.models.split(","):
         for shape in SHAPES[model]:
-            results.append((shape, time_shape(*shape[1:], names, args.rounds, args.calls)))
+            results.append((shape, time_shape(*shape[1:], names, args.rounds, args.calls, args.cold)))
             print(f"  {model} {shape[0]} {shape[1]}x{shape[2]}->{shape[3]}: "
                   + ", ".join(f"{name} {ms:.3f} ms" for name, (ms, _) in results[-1][1].items()), flush=True)
     report(results, names)

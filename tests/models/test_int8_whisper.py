@@ -77,3 +77,19 @@ def test_int8_matmul_benchmark_quick(avx2):
                                                                  "shapes: ")[1]))
     assert float(errors["float32"]) == 0.0 and float(errors["bfloat16"]) < 0.01
     assert 0.001 < float(errors["int8-fbgemm"]) < 0.03
+
+
+def test_int8_matmul_benchmark_times_both_float32_packings_cold():
+    """--cold evicts the caches before each call; both packed float32 candidates compute F.linear's result."""
+    from seq2seq_engine.kernels.native_linear import panel_linear_available
+    stdout = _bench("--cold", "--candidates", "float32,float32-onednn,float32-panels")
+    assert "--cold" in stdout.splitlines()[0]
+    rows = [line for line in stdout.splitlines() if line.startswith("| quick |")]
+    assert len(rows) == 2
+    errors = dict(re.findall(r"([\w-]+) ([0-9.]+)", stdout.split("largest relative error vs float32 over the "
+                                                                 "shapes: ")[1]))
+    assert float(errors["float32-onednn"]) < 1e-5
+    if panel_linear_available():
+        assert float(errors["float32-panels"]) < 1e-5
+    else:
+        assert "float32-panels skipped" in stdout and "float32-panels" not in errors
