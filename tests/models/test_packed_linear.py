@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from hf_reference import build_tiny_model
 from torch import nn
 
-from seq2seq_engine.kernels.native_linear import PANEL_WIDTH, panel_linear_available
+from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear_available
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, linear_then_activation,
                                                  onednn_linear_available, pack_linears, pack_logits_head,
@@ -78,6 +78,11 @@ def test_linear_then_activation(activation, packed):
                                rtol=1e-5, atol=1e-5)
     fused = packed and activation in ONEDNN_ACTIVATIONS
     assert calls == ([] if fused else [(5, 64)])     # the layer applied it, or the function did
+
+
+def test_both_packings_fuse_the_same_activations():
+    """linear_then_activation asks a packed layer for ONEDNN_ACTIVATIONS whichever packing it has."""
+    assert set(PANEL_ACTIVATIONS) == set(ONEDNN_ACTIVATIONS)
 
 
 def test_packed_linear_refuses_a_weight_it_cannot_pack():
