@@ -131,8 +131,8 @@ class BartForConditionalGeneration(EncoderDecoderForGeneration):
                                   attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # The bias goes into the projection's own pass (int8 rescale, oneDNN's bias), else into its fresh output in
-        # place: a [rows, vocab] pass and tensor fewer.
+        # The bias goes into the projection's own pass (int8 rescale, the packed layer's bias), else into its fresh
+        # output in place: a [rows, vocab] pass and tensor fewer.
         if isinstance(self.lm_head, (Int8Linear, PackedLinear)):
             return self.lm_head(hidden_states, addend=self.final_logits_bias)
         if self.lm_head is None:

@@ -54,8 +54,9 @@ class PackedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.weight = weight if keep_weight else None
         self.bias = bias
-        self.panels = panel_linear_available() if panels is None else panels
-        if self.panels and not panel_linear_available():
+        kernel_available = panel_linear_available()
+        self.panels = kernel_available if panels is None else panels
+        if self.panels and not kernel_available:
             raise ValueError("the native panel linear kernel is not available here (it needs AVX-512F and a C "
                              "compiler)")
         packed = to_panels(weight.detach()) if self.panels else torch.ops.mkldnn._reorder_linear_weight(
