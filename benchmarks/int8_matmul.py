@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/int8_matmul.py --models whisper,bart,smollm2 --rounds 9
     .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
     .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --cold --candidates float32-onednn,float32-panels
+    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --cold --candidates int8-panels,int8-fbgemm
     .venv/bin/python benchmarks/int8_matmul.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
     .venv/bin/python benchmarks/int8_matmul.py --quick             # smoke run: two small shapes, one round
 
@@ -14,9 +15,12 @@ Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
   float32-panels the engine's PackedLinear on the native panel kernel (kernels/native_linear.py), what float32 CPU
                  models run where it built (AVX-512)
   bfloat16       F.linear on bfloat16 x, W, b (oneDNN; x converted before timing, as in a bfloat16 model)
-  int8-fbgemm    the engine's Int8Linear, what quantization="int8" runs: torch.ops.quantized.linear_dynamic
-                 (fbgemm; per-channel int8 W, x quantized per call to uint8) on x divided by its rows' max |x|,
-                 the output multiplied back: one activation scale per row
+  int8-panels    the engine's Int8Linear on the native VNNI panel kernel (kernels/native_int8.py), what
+                 quantization="int8" runs where it built (AVX-512 VNNI): per-channel int8 W, each row of x quantized
+                 to int8 on its own scale inside the kernel
+  int8-fbgemm    the engine's Int8Linear on fbgemm, what quantization="int8" runs elsewhere:
+                 torch.ops.quantized.linear_dynamic (per-channel int8 W, x quantized per call to uint8) on x divided
+                 by its rows' max |x|, the output multiplied back: one activation scale per row
   int8-fbgemm-pt the same kernel on x as it is: one activation scale for the whole input
   int8-onednn    torch.ops.onednn.qlinear_pointwise on a plain int8 W, x quantized to uint8 by torch ops per call
   int8-intmm     torch._int_mm on int8 x (symmetric, one scale per row) and int8 W, then both scales applied
@@ -41,8 +45,8 @@ from typing import Callable, Dict, List, Tuple
 
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
             "ATEN_CPU_CAPABILITY": "avx2"}
-CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-fbgemm", "int8-fbgemm-pt",
-              "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
+CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-panels", "int8-fbgemm",
+              "int8-fbgemm-pt", "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
 # bytes read before each --cold call: three times this VM's 32 MiB L3
 EVICT_BYTES = 96 * 1024 * 1024
 # (label, rows, K, N) per model: encoder (prefill) rows, then decoder rows, then the logits projection.
@@ -143,9 +147,9 @@ def build(name: str, x, weight, bias) -> Callable:
     if name == "bfloat16":
         xb, wb, bb = x.bfloat16(), weight.bfloat16(), bias.bfloat16()
         return lambda: F.linear(xb, wb, bb)
-    if name in ("int8-fbgemm", "int8-fbgemm-pt"):
+    if name in ("int8-panels", "int8-fbgemm", "int8-fbgemm-pt"):
         from seq2seq_engine.models.int8 import Int8Linear
-        layer = Int8Linear(weight, bias, per_row=name == "int8-fbgemm")
+        layer = Int8Linear(weight, bias, per_row=name != "int8-fbgemm-pt", native=name == "int8-panels")
         return lambda: layer(x)
     if name == "w8-bf16":
         qweight, scale = _quantized(weight)
@@ -234,6 +238,10 @@ def main(argv=None) -> int:
     if "float32-panels" in names and not panel_linear_available():
         print("the panel kernel is not available here (no AVX-512): float32-panels skipped")
         names.remove("float32-panels")
+    from seq2seq_engine.kernels.native_int8 import int8_linear_available
+    if "int8-panels" in names and not int8_linear_available():
+        print("the native int8 kernel is not available here (no AVX-512 VNNI): int8-panels skipped")
+        names.remove("int8-panels")
     header(args)
     results = []
     for model in args.models.split(","):

@@ -1,14 +1,15 @@
 """Native CPU kernels: C sources in kernels/csrc/ compiled once per machine by the system C compiler, loaded by ctypes.
 
 No torch headers and no build step at install time: the first call compiles the source (about a second) into
-``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source, the compiler command and this CPU's
-instruction-set flags, so a changed source or another machine builds afresh. Where no compiler works, or
+``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source and the shared headers, the compiler command
+and this CPU's instruction-set flags, so a changed source or another machine builds afresh. Where no compiler works, or
 ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``, ``load_library`` returns None (with one warning) and callers use their torch path.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import glob
 import hashlib
 import logging
 import os
@@ -64,8 +65,10 @@ def load_library(name: str) -> Optional[ctypes.CDLL]:
 def _build(name: str, compiler: str) -> str:
     """Path of the shared library for ``name``, compiling it (atomically) unless a matching build exists."""
     source = os.path.join(SOURCE_DIR, f"{name}.c")
-    with open(source, "rb") as handle:
-        text = handle.read()
+    text = b""
+    for path in [source, *sorted(glob.glob(os.path.join(SOURCE_DIR, "*.h")))]:   # a changed header rebuilds too
+        with open(path, "rb") as handle:
+            text += handle.read()
     command = [compiler, *COMPILE_FLAGS]
     fingerprint = hashlib.sha256(text + repr(command).encode() + _cpu_flags().encode()).hexdigest()[:16]
     out_dir = os.path.join(cache_root(), "kernels")

@@ -1,18 +1,25 @@
-"""int8 Linear layers: per-channel int8 weights, dynamic int8 activations, torch's fbgemm kernel (decisions §43)."""
+"""int8 Linear layers: per-channel int8 weights, dynamic per-row int8 activations, on the native VNNI kernel or
+torch's fbgemm (decisions §43, §65)."""
 from __future__ import annotations
 
 import os
 import warnings
+from types import MappingProxyType
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from seq2seq_engine.kernels.native_int8 import (int8_linear_available, int8_panel_linear, to_int8_panels,
+                                                unpack_int8_panels)
 from seq2seq_engine.models.utils import replace_linears
 
 QUANTIZATION_METHODS = ("int8",)
 # FBGEMM_ENABLE_INSTRUCTIONS values that make fbgemm run without VNNI (vpmaddubsw pairs saturate at int16).
 _NO_VNNI_ISAS = ("AVX2", "AVX512", "AVX512_256")
+# the activations forward applies after fbgemm's kernel: the same functions the native kernel computes in its pass
+_TORCH_ACTIVATIONS = MappingProxyType({"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu})
 
 
 def int8_unsupported_reason(device: str) -> Optional[str]:
@@ -63,17 +70,21 @@ def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Te
 
 
 class Int8Linear(nn.Module):
-    """y = x W^T + b from an int8 W with per-output-channel scales. fbgemm's `torch.ops.quantized.linear_dynamic`
-    quantizes its input per call to uint8 with one scale and zero point for the whole tensor (from its min and
-    max), accumulates in int32 and writes float32. With `per_row` (the default) each row of x is first divided by
-    its max |x| and the output row multiplied back (then the bias added): one scale per token, so a row ~100x
-    larger than the rest (Whisper's decoder has them) does not leave the other rows a handful of levels.
+    """y = x W^T + b from an int8 W with per-output-channel scales, each row of x quantized to int8 with its own
+    scale (max |x_row| / 127), so a row ~100x larger than the rest (Whisper's decoder has them) does not leave the
+    other rows a handful of levels. Two kernels, picked by `native` (None: the first available):
 
-    Only fbgemm's packed copy of the int8 weight is kept (the kernel reads it); `weight` unpacks it, for
-    inspection and `dequantized_weight()`. Inputs must be float32 CPU tensors of any leading shape."""
+    * the native AVX-512 VNNI panel kernel (kernels/native_int8.py; decisions §65), which quantizes the rows and
+      applies the scales, bias and an activation inside its own pass;
+    * fbgemm's `torch.ops.quantized.linear_dynamic`, which quantizes its input per call to uint8 with one scale and
+      zero point for the whole tensor: with `per_row` (the default) each row of x is first divided by its max |x|
+      and the output row multiplied back (then the bias added).
+
+    Only the kernel's packed copy of the int8 weight is kept; `weight` unpacks it, for inspection and
+    `dequantized_weight()`. Inputs must be float32 CPU tensors of any leading shape."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                 reduce_range: Optional[bool] = None, per_row: bool = True) -> None:
+                 reduce_range: Optional[bool] = None, per_row: bool = True, native: Optional[bool] = None) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         qweight, scale = quantize_weight(weight)
@@ -81,15 +92,27 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.reduce_range = activations_need_reduced_range() if reduce_range is None else reduce_range
         self.per_row = per_row
-        self._packed = _prepack(qweight, scale, None if per_row else self.bias)
+        self.native = per_row and int8_linear_available() if native is None else native
+        if self.native and not (per_row and int8_linear_available()):
+            raise ValueError("the native int8 kernel quantizes per row and needs AVX-512 VNNI and a C compiler; "
+                             "use native=False here")
+        self._packed = to_int8_panels(qweight, scale) if self.native else _prepack(
+            qweight, scale, None if per_row else self.bias)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None, per_row: bool = True) -> "Int8Linear":
         return cls(linear.weight, linear.bias, reduce_range, per_row)
 
     @property
+    def fuses_activations(self) -> bool:
+        """Whether forward applies an `activation` inside the kernel's pass (the native kernel does)."""
+        return self.native
+
+    @property
     def weight(self) -> torch.Tensor:
-        """The int8 weight [out_features, in_features], unpacked from fbgemm's copy."""
+        """The int8 weight [out_features, in_features], unpacked from the kernel's copy."""
+        if self.native:
+            return unpack_int8_panels(self._packed)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*quantized tensor.*deprecated")
             qtensor, _ = torch.ops.quantized.linear_unpack(self._packed)
@@ -99,28 +122,47 @@ class Int8Linear(nn.Module):
         """The float32 weight the int8 one stands for: q * scale."""
         return self.weight.float() * self.weight_scale[:, None]
 
-    def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None,
+                activation: Optional[str] = None) -> torch.Tensor:
         """x W^T + b (+ addend, a float32 tensor broadcast to [rows, out_features], added in the pass that
-        rescales the rows: a logits bias costs no extra pass over a wide output)."""
+        rescales the rows: a logits bias costs no extra pass over a wide output), then `activation` (a name of
+        PANEL_ACTIVATIONS; inside the kernel's pass on the native kernel)."""
         if x.dtype != torch.float32:
             raise TypeError(f"Int8Linear takes float32 inputs, got {x.dtype}")
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
+        if self.native:
+            out = self._native_forward(rows, addend, activation)
+        else:
+            out = self._fbgemm_forward(rows, addend)
+            if activation is not None:
+                out = _TORCH_ACTIVATIONS[activation](out)
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def _native_forward(self, rows: torch.Tensor, addend: Optional[torch.Tensor],
+                        activation: Optional[str]) -> torch.Tensor:
+        bias, late_addend = self.bias, addend
+        if addend is not None and addend.numel() == self.out_features:
+            bias, late_addend = (addend.reshape(-1) if bias is None else addend.reshape(-1) + bias), None
+        if late_addend is not None and activation is not None:
+            raise ValueError("Int8Linear: a per-row addend and an activation cannot be combined")
+        out = int8_panel_linear(rows if rows.stride(1) == 1 else rows.contiguous(), self._packed, bias, activation)
+        return out if late_addend is None else out.add_(late_addend)
+
+    def _fbgemm_forward(self, rows: torch.Tensor, addend: Optional[torch.Tensor]) -> torch.Tensor:
         bias = self.bias if addend is None else (addend if self.bias is None else addend + self.bias)
         if self.per_row:
             amax = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)  # max |x|
             out = torch.ops.quantized.linear_dynamic(rows / amax, self._packed, self.reduce_range)
-            out = out.mul_(amax) if bias is None else torch.addcmul(bias, out, amax, out=out)
-        else:
-            out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
-            if addend is not None:
-                out.add_(addend)
-        return out.view(*x.shape[:-1], self.out_features)
+            return out.mul_(amax) if bias is None else torch.addcmul(bias, out, amax, out=out)
+        out = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
+        return out if addend is None else out.add_(addend)
 
     def extra_repr(self) -> str:
+        kernel = "native VNNI panels" if self.native else "fbgemm"
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"reduce_range={self.reduce_range}")
+                f"reduce_range={self.reduce_range}, {kernel}")
 
 
 class Int8Embedding(nn.Module):

@@ -85,15 +85,21 @@ class PackedLinear(nn.Module):
                                                      algorithm)
         return out.view(*x.shape[:-1], self.out_features)
 
+    @property
+    def fuses_activations(self) -> bool:
+        """Whether forward applies an `activation` inside the matmul's pass: on either packing."""
+        return True
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"{'panels' if self.panels else 'oneDNN prepacked'}")
 
 
 def linear_then_activation(layer: nn.Module, activation: str, activation_fn: Callable, x: torch.Tensor):
-    """activation_fn(layer(x)), the activation (HF name `activation`) inside the matmul's pass where the layer is
-    packed and the activation is one of ONEDNN_ACTIVATIONS (the panel kernel has the same ones)."""
-    if isinstance(layer, PackedLinear) and activation in ONEDNN_ACTIVATIONS:
+    """activation_fn(layer(x)), the activation (HF name `activation`) inside the matmul's pass where the layer
+    fuses activations (a PackedLinear, or an Int8Linear on the native kernel) and the activation is one of
+    ONEDNN_ACTIVATIONS (the panel kernels have the same ones)."""
+    if getattr(layer, "fuses_activations", False) and activation in ONEDNN_ACTIVATIONS:
         return layer(x, activation=activation)
     return activation_fn(layer(x))
 

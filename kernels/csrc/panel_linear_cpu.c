@@ -10,31 +10,17 @@
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
-#include <math.h>
 #include <stdint.h>
 
 #define PANEL 32
 #define TILE_ROWS 8
 
-enum { ACTIVATION_NONE = 0, ACTIVATION_RELU = 1, ACTIVATION_SILU = 2, ACTIVATION_GELU = 3 };
-
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#include "tile_activation.h"
 
-/* The activation of a stored tile, as torch computes it (F.relu, F.silu, F.gelu), within float32 rounding. */
-static void activate_tile(float *out, int64_t out_stride, int rows, int64_t cols, int activation) {
-    for (int r = 0; r < rows; r++) {
-        float *o = out + r * out_stride;
-        if (activation == ACTIVATION_RELU)
-            for (int64_t j = 0; j < cols; j++) o[j] = o[j] > 0.0f ? o[j] : 0.0f;
-        else if (activation == ACTIVATION_SILU)
-            for (int64_t j = 0; j < cols; j++) o[j] = o[j] / (1.0f + expf(-o[j]));
-        else if (activation == ACTIVATION_GELU)
-            for (int64_t j = 0; j < cols; j++) o[j] = 0.5f * o[j] * (1.0f + erff(o[j] * (float)M_SQRT1_2));
-    }
-}
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Outputs [rows x cols] (rows <= TILE_ROWS, cols <= PANEL) of one panel for the rows of x starting at `x`. */
 ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,

@@ -8,11 +8,13 @@ import torch.nn.functional as F
 from hf_reference import build_tiny_model
 
 from seq2seq_engine.config import ModelConfig
+from seq2seq_engine.kernels.native_int8 import int8_linear_available
 from seq2seq_engine.models.int8 import (Int8Embedding, Int8Linear, activations_need_reduced_range,
                                         int8_unsupported_reason, quantize_weight)
-from seq2seq_engine.models.packed_linear import PackedLinear
+from seq2seq_engine.models.packed_linear import PackedLinear, linear_then_activation
 
 pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
+NEEDS_NATIVE_INT8 = pytest.mark.skipif(not int8_linear_available(), reason="the native int8 kernel needs AVX-512 VNNI")
 
 
 def _random(shape, seed, scale=1.0):
@@ -21,11 +23,14 @@ def _random(shape, seed, scale=1.0):
     return (torch.randn(*shape, generator=generator) + 0.3) * scale
 
 
-def _activation_steps(x: torch.Tensor, reduce_range: bool, per_row: bool) -> torch.Tensor:
-    """The uint8 step fbgemm uses for each row of x ([rows, 1]): the quantized tensor's range widened to include 0,
-    over 255 levels (127 when reduced). Per row, x is first divided by its row's max |x| and the output scaled back,
-    so a row's step is its max |x| times the step of the divided tensor."""
+def _activation_steps(x: torch.Tensor, reduce_range: bool, per_row: bool, native: bool = False) -> torch.Tensor:
+    """The step of the grid each row of x is rounded to ([rows, 1]). The native kernel rounds each row to
+    max |x_row| / 127. fbgemm rounds to uint8: the quantized tensor's range widened to include 0, over 255 levels
+    (127 when reduced); per row, x is first divided by its row's max |x| and the output scaled back, so a row's
+    step is its max |x| times the step of the divided tensor."""
     amax = x.abs().amax(dim=1, keepdim=True) if per_row else torch.ones(x.shape[0], 1)
+    if native:
+        return amax / 127
     scaled = x / amax
     low, high = min(scaled.min().item(), 0.0), max(scaled.max().item(), 0.0)
     return amax * (high - low) / (127 if reduce_range else 255)
@@ -45,12 +50,13 @@ def test_quantize_weight_is_symmetric_per_channel_within_half_a_step():
 
 
 # ------------------------------------------------------------------------------------------------ kernel
-@pytest.mark.parametrize("per_row", [True, False])
-@pytest.mark.parametrize("reduce_range", [False, True])
-@pytest.mark.parametrize("rows, k, n, bias", [(1, 64, 32, True), (37, 256, 96, True), (300, 512, 384, False)])
-def test_int8_linear_matches_dequantized_reference_within_the_activation_rounding(rows, k, n, bias, reduce_range,
-                                                                                  per_row):
-    """y_int8 - x W_deq^T comes only from rounding x to the uint8 grid (step s of its row): each of the K products
+@pytest.mark.parametrize("native, per_row, reduce_range", [
+    pytest.param(True, True, False, marks=NEEDS_NATIVE_INT8), (False, True, False), (False, True, True),
+    (False, False, False), (False, False, True)])
+@pytest.mark.parametrize("rows, k, n, bias", [(1, 64, 32, True), (37, 256, 96, True), (300, 510, 383, False)])
+def test_int8_linear_matches_dequantized_reference_within_the_activation_rounding(rows, k, n, bias, native, per_row,
+                                                                                  reduce_range):
+    """y_int8 - x W_deq^T comes only from rounding x to its grid (step s of its row): each of the K products
     is off by at most s * |W_deq[n, k]| (half a step of rounding plus at most half a step from the zero point's
     rounding), so |error| <= s * ||W_deq[n]||_1 always. Independent rounding errors are uniform in +-s/2, so the
     error's RMS is close to s / sqrt(12) * ||W_deq[n]||_2, which also shows the activations really were quantized.
@@ -58,15 +64,15 @@ def test_int8_linear_matches_dequantized_reference_within_the_activation_roundin
     weight, x = _random((n, k), 1, k ** -0.5), _random((rows, k), 2)
     x = x * torch.logspace(-2, 2, rows)[:, None] if rows > 1 else x
     b = _random((n,), 3) if bias else None
-    layer = Int8Linear(weight, b, reduce_range=reduce_range, per_row=per_row)
-    assert layer.weight.dtype == torch.int8 and layer.reduce_range is reduce_range
+    layer = Int8Linear(weight, b, reduce_range=reduce_range, per_row=per_row, native=native)
+    assert layer.weight.dtype == torch.int8 and layer.reduce_range is reduce_range and layer.native is native
     assert torch.equal(layer.weight, quantize_weight(weight)[0])
-    assert all(buffer.dtype != torch.int8 for buffer in layer.buffers())  # one int8 copy: fbgemm's packed one
+    assert all(buffer.dtype != torch.int8 for buffer in layer.buffers())  # one int8 copy: the kernel's packed one
     w_deq = layer.dequantized_weight()
     reference = F.linear(x, w_deq, b)
     with torch.inference_mode():
         out = layer(x)
-    steps = _activation_steps(x, reduce_range, per_row)
+    steps = _activation_steps(x, reduce_range, per_row, native)
     error = (out - reference).abs()
     bound = steps * w_deq.abs().sum(dim=1) + 1e-5 * reference.abs().amax(dim=1, keepdim=True)
     assert bool((error <= bound).all()), float((error - bound).max())
@@ -88,14 +94,39 @@ def test_int8_linear_is_close_to_float_and_keeps_leading_dimensions():
         layer(x.bfloat16())
 
 
-@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("native, per_row", [pytest.param(True, True, marks=NEEDS_NATIVE_INT8), (False, True),
+                                             (False, False)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_linear_adds_an_addend_in_its_output_pass(per_row, bias):
+@pytest.mark.parametrize("addend_rows", [1, 9])
+def test_int8_linear_adds_an_addend_in_its_output_pass(native, per_row, bias, addend_rows):
     weight, x = _random((300, 64), 7, 64 ** -0.5), _random((9, 64), 8)
-    layer = Int8Linear(weight, _random((300,), 9) if bias else None, per_row=per_row)
-    addend = _random((1, 300), 10)
+    layer = Int8Linear(weight, _random((300,), 9) if bias else None, per_row=per_row, native=native)
+    addend = _random((addend_rows, 300), 10)
     with torch.inference_mode():
         torch.testing.assert_close(layer(x, addend=addend), layer(x) + addend, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [pytest.param(True, marks=NEEDS_NATIVE_INT8), False])
+@pytest.mark.parametrize("activation", ["relu", "silu", "swish", "gelu"])
+def test_int8_linear_applies_an_activation_after_the_bias(native, activation):
+    """On the native kernel the activation runs inside its pass (fuses_activations), on fbgemm after it: the same
+    function of the same output either way, as linear_then_activation asks of a layer that fuses."""
+    weight, x, b = _random((70, 40), 11, 40 ** -0.5), _random((10, 40), 12), _random((70,), 13)
+    layer = Int8Linear(weight, b, native=native)
+    assert layer.fuses_activations is native
+    activation_fn = {"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu}[activation]
+    with torch.inference_mode():
+        plain = layer(x)
+        torch.testing.assert_close(layer(x, activation=activation), activation_fn(plain), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(linear_then_activation(layer, activation, activation_fn, x), activation_fn(plain),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_native_int8_needs_per_row_scales():
+    weight = _random((8, 8), 14)
+    with pytest.raises(ValueError, match="per row"):
+        Int8Linear(weight, per_row=False, native=True)
+    assert not Int8Linear(weight, per_row=False).native
 
 
 def test_reduced_range_follows_vnni_and_a_forced_fbgemm_isa(monkeypatch):
@@ -177,11 +208,13 @@ def test_an_outlier_row_keeps_the_other_rows_precise():
     reference = F.linear(x, weight)
     normal = [i for i in range(16) if i != 3]
 
-    def normal_rows_error(per_row):
-        out = Int8Linear(weight, per_row=per_row, reduce_range=False)(x)
+    def normal_rows_error(per_row, native=False):
+        out = Int8Linear(weight, per_row=per_row, reduce_range=False, native=native)(x)
         return ((out - reference)[normal].norm() / reference[normal].norm()).item()
 
     assert normal_rows_error(True) < 0.02 < 0.2 < normal_rows_error(False)
+    if int8_linear_available():
+        assert normal_rows_error(True, native=True) < 0.02
 
 
 def test_cli_quantization_flag(tmp_path, spm_bart_tokenizer):
