@@ -12,5 +12,5 @@ MAPPED_PACKAGES = [
 setup(
     packages=ENGINE_PACKAGES + MAPPED_PACKAGES,
     package_dir={"": ".", **MAPPED},
-    package_data={"seq2seq_engine.kernels": ["csrc/*.c"]},
+    package_data={"seq2seq_engine.kernels": ["csrc/*.c", "csrc/*.h"]},
 )

@@ -4,6 +4,7 @@ No torch headers and no build step at install time: the first call compiles the 
 ``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source and the shared headers, the compiler command
 and this CPU's instruction-set flags, so a changed source or another machine builds afresh. Where no compiler works, or
 ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``, ``load_library`` returns None (with one warning) and callers use their torch path.
+``SEQ2SEQ_ENGINE_NATIVE_MARCH`` compiles for another ``-march`` than this CPU's (the tests build the AVX2 paths so).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,7 +29,10 @@ logger = logging.getLogger(__name__)
 
 NATIVE_ENV = "SEQ2SEQ_ENGINE_NATIVE_KERNELS"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
+# The target the kernels are compiled for: this CPU, or the -march value named here (x86-64-v3 builds the AVX2
+# code paths on an AVX-512 machine; the tests use it to run the portable loops).
+MARCH_ENV = "SEQ2SEQ_ENGINE_NATIVE_MARCH"
+COMPILE_FLAGS = ["-O3", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
 LINK_FLAGS = ["-lm"]
 
 
@@ -69,7 +74,7 @@ def _build(name: str, compiler: str) -> str:
     for path in [source, *sorted(glob.glob(os.path.join(SOURCE_DIR, "*.h")))]:   # a changed header rebuilds too
         with open(path, "rb") as handle:
             text += handle.read()
-    command = [compiler, *COMPILE_FLAGS]
+    command = [compiler, *COMPILE_FLAGS, f"-march={_march()}"]
     fingerprint = hashlib.sha256(text + repr(command).encode() + _cpu_flags().encode()).hexdigest()[:16]
     out_dir = os.path.join(cache_root(), "kernels")
     target = os.path.join(out_dir, f"{name}-{fingerprint}.so")
@@ -86,6 +91,14 @@ def _build(name: str, compiler: str) -> str:
             os.remove(partial)
     logger.info("built native kernel %s -> %s", name, target)
     return target
+
+
+def _march() -> str:
+    """The -march value: SEQ2SEQ_ENGINE_NATIVE_MARCH (checked), else native."""
+    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
+        raise ValueError(f"{MARCH_ENV} must be a compiler -march value such as native or x86-64-v3, got {march!r}")
+    return march
 
 
 def _cpu_flags() -> str:

@@ -32,7 +32,8 @@ def test_wheel_maps_kernels_and_models_into_the_package(tmp_path):
     for expected in ("seq2seq_engine/kernels/__init__.py", "seq2seq_engine/models/__init__.py",
                      "seq2seq_engine/core/scheduler.py", "seq2seq_engine/inputs/data.py",
                      "seq2seq_engine/model_loader/ct2/model_bin.py", "seq2seq_engine/model_loader/gguf/llama.py",
-                     "seq2seq_engine/kernels/csrc/paged_attention_cpu.c"):  # the native kernel's source
+                     "seq2seq_engine/kernels/csrc/paged_attention_cpu.c",   # a native kernel's source
+                     "seq2seq_engine/kernels/csrc/tile_activation.h"):      # and the header two of them include
         assert expected in names
     top_level = {name.split("/", 1)[0] for name in names}
     assert "kernels" not in top_level and "models" not in top_level

@@ -37,9 +37,11 @@ typedef struct {
 } Job;
 
 typedef struct {
-    float *scores; /* [rows, context]: one row per query head of every sequence in the run */
-    float *row;    /* one token's [num_kv_heads * head_size], widened from bfloat16 */
-    float *sums;   /* [rows] softmax denominators */
+    float *scores;       /* [rows, context]: one row per query head of every sequence in the run */
+    float *row;          /* one token's [num_kv_heads * head_size], widened from bfloat16 */
+    float *sums;         /* [rows] softmax denominators */
+    int64_t *slots;      /* [context]: the cache slot of each position of the run */
+    int64_t *kv_offsets; /* [rows]: where each query row's kv head starts in a token's row */
     int64_t capacity_rows, capacity_context;
 } Scratch;
 
@@ -49,6 +51,27 @@ typedef struct {
     const int32_t *table;
 } Run;
 
+/* The cache slot of each of a run's positions, one block-table entry at a time; BAD_BLOCK when an entry is out of
+ * range. */
+static int run_slots(const Job *job, const Run *run, int64_t *slots) {
+    for (int64_t start = 0, b = 0; start < run->context; start += job->block_size, b++) {
+        const int64_t block = run->table[b];
+        if (block < 0 || block >= job->num_blocks) return BAD_BLOCK;
+        const int64_t count = run->context - start < job->block_size ? run->context - start : job->block_size;
+        for (int64_t j = 0; j < count; j++) slots[start + j] = block * job->block_size + j;
+    }
+    return OK;
+}
+
+/* Where each row of a run (sequence-major (sequence, query head) pairs) finds its kv head in a token's row. */
+static void run_kv_offsets(const Job *job, int64_t rows, int64_t *offsets) {
+    const int64_t group = job->num_heads / job->num_kv_heads;
+    for (int64_t r = 0; r < rows; r++) offsets[r] = (r % job->num_heads) / group * job->head_size;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include "paged_attention_avx512.h"
+#else
 static const float *token_row(const Job *job, const void *cache, int64_t slot, float *widened) {
     const int64_t width = job->num_kv_heads * job->head_size;
     if (!job->cache_is_bf16) return (const float *)cache + slot * width;
@@ -59,48 +82,45 @@ static const float *token_row(const Job *job, const void *cache, int64_t slot, f
     return widened;
 }
 
-/* Cache slot of a sequence's position; BAD_BLOCK when its block-table entry is out of range. */
-static int slot_of(const Job *job, const int32_t *table, int64_t position, int64_t *slot) {
-    const int64_t block = table[position / job->block_size];
-    if (block < 0 || block >= job->num_blocks) return BAD_BLOCK;
-    *slot = block * job->block_size + position % job->block_size;
-    return OK;
-}
-
-/* Walks the rows of a run, (sequence, query head) in order, keeping the kv head of the current query head without
- * a division per row. */
-typedef struct {
-    int64_t head, kv_head, in_group;
-} HeadCursor;
-
-static inline void next_head(HeadCursor *cursor, int64_t num_heads, int64_t group) {
-    if (++cursor->in_group == group) {
-        cursor->in_group = 0;
-        cursor->kv_head++;
-    }
-    if (++cursor->head == num_heads) *cursor = (HeadCursor){0, 0, 0};
-}
-
-static int scores_pass(const Job *job, const Run *run, Scratch *scratch) {
-    const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
+static void scores_pass(const Job *job, const Run *run, Scratch *scratch) {
+    const int64_t d = job->head_size;
     const float *q = job->query + run->first * job->num_heads * d;
     /* the run's rows are (sequence, head) sequence-major from `first`, like the bias rows */
     const float *bias = job->position_bias ? job->position_bias + run->first * job->num_heads * job->bias_len : NULL;
     for (int64_t t = 0; t < run->context; t++) {
-        int64_t slot;
-        if (slot_of(job, run->table, t, &slot) != OK) return BAD_BLOCK;
-        const float *keys = token_row(job, job->key_cache, slot, scratch->row);
-        HeadCursor cursor = {0, 0, 0};
-        for (int64_t r = 0; r < run->rows; r++, next_head(&cursor, job->num_heads, group)) {
-            const float *k = keys + cursor.kv_head * d, *qr = q + r * d;
+        const float *keys = token_row(job, job->key_cache, scratch->slots[t], scratch->row);
+        for (int64_t r = 0; r < run->rows; r++) {
+            const float *k = keys + scratch->kv_offsets[r], *qr = q + r * d;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int64_t i = 0; i < d; i++) dot += qr[i] * k[i];
             scratch->scores[r * run->context + t] = dot * job->scale + (bias ? bias[r * job->bias_len + t] : 0.0f);
         }
     }
-    return OK;
 }
+
+/* out = softmax(scores) V: the probabilities still unnormalised, divided by their sums at the end. */
+static void values_pass(const Job *job, const Run *run, Scratch *scratch) {
+    const int64_t d = job->head_size;
+    float *out = job->out + run->first * job->num_heads * d;
+    memset(out, 0, sizeof(float) * run->rows * d);
+    for (int64_t t = 0; t < run->context; t++) {
+        const float *values = token_row(job, job->value_cache, scratch->slots[t], scratch->row);
+        for (int64_t r = 0; r < run->rows; r++) {
+            const float p = scratch->scores[r * run->context + t], *v = values + scratch->kv_offsets[r];
+            float *o = out + r * d;
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++) o[i] += p * v[i];
+        }
+    }
+    for (int64_t r = 0; r < run->rows; r++) {
+        const float inverse = 1.0f / scratch->sums[r];
+        float *o = out + r * d;
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) o[i] *= inverse;
+    }
+}
+#endif
 
 static void softmax_rows(float *scores, int64_t rows, int64_t context, float *sums) {
     for (int64_t r = 0; r < rows; r++) {
@@ -117,40 +137,20 @@ static void softmax_rows(float *scores, int64_t rows, int64_t context, float *su
     }
 }
 
-static void values_pass(const Job *job, const Run *run, Scratch *scratch) {
-    const int64_t d = job->head_size, group = job->num_heads / job->num_kv_heads;
-    float *out = job->out + run->first * job->num_heads * d;
-    memset(out, 0, sizeof(float) * run->rows * d);
-    for (int64_t t = 0; t < run->context; t++) {
-        int64_t slot = 0;
-        slot_of(job, run->table, t, &slot); /* checked in scores_pass */
-        const float *values = token_row(job, job->value_cache, slot, scratch->row);
-        HeadCursor cursor = {0, 0, 0};
-        for (int64_t r = 0; r < run->rows; r++, next_head(&cursor, job->num_heads, group)) {
-            const float p = scratch->scores[r * run->context + t], *v = values + cursor.kv_head * d;
-            float *o = out + r * d;
-#pragma omp simd
-            for (int64_t i = 0; i < d; i++) o[i] += p * v[i];
-        }
-    }
-    for (int64_t r = 0; r < run->rows; r++) {
-        const float inverse = 1.0f / scratch->sums[r];
-        float *o = out + r * d;
-#pragma omp simd
-        for (int64_t i = 0; i < d; i++) o[i] *= inverse;
-    }
-}
-
 static int reserve(Scratch *scratch, int64_t rows, int64_t context) {
     if (rows <= scratch->capacity_rows && context <= scratch->capacity_context) return OK;
     const int64_t new_rows = rows > scratch->capacity_rows ? rows : scratch->capacity_rows;
     const int64_t new_context = context > scratch->capacity_context ? context : scratch->capacity_context;
     free(scratch->scores);
     free(scratch->sums);
+    free(scratch->slots);
+    free(scratch->kv_offsets);
     scratch->scores = malloc(sizeof(float) * new_rows * new_context);
     scratch->sums = malloc(sizeof(float) * new_rows);
+    scratch->slots = malloc(sizeof(int64_t) * new_context);
+    scratch->kv_offsets = malloc(sizeof(int64_t) * new_rows);
     scratch->capacity_rows = scratch->capacity_context = 0;
-    if (!scratch->scores || !scratch->sums) return NO_MEMORY;
+    if (!scratch->scores || !scratch->sums || !scratch->slots || !scratch->kv_offsets) return NO_MEMORY;
     scratch->capacity_rows = new_rows;
     scratch->capacity_context = new_context;
     return OK;
@@ -164,7 +164,9 @@ static int attend_run(Job *job, int64_t group_index, Scratch *scratch) {
         return OK;
     }
     if (reserve(scratch, run.rows, run.context) != OK) return NO_MEMORY;
-    if (scores_pass(job, &run, scratch) != OK) return BAD_BLOCK;
+    if (run_slots(job, &run, scratch->slots) != OK) return BAD_BLOCK;
+    run_kv_offsets(job, run.rows, scratch->kv_offsets);
+    scores_pass(job, &run, scratch);
     softmax_rows(scratch->scores, run.rows, run.context, scratch->sums);
     values_pass(job, &run, scratch);
     return OK;
@@ -172,7 +174,7 @@ static int attend_run(Job *job, int64_t group_index, Scratch *scratch) {
 
 static void *worker(void *arg) {
     Job *job = arg;
-    Scratch scratch = {NULL, malloc(sizeof(float) * job->num_kv_heads * job->head_size), NULL, 0, 0};
+    Scratch scratch = {NULL, malloc(sizeof(float) * job->num_kv_heads * job->head_size), NULL, NULL, NULL, 0, 0};
     if (!scratch.row) __atomic_store_n(&job->status, NO_MEMORY, __ATOMIC_RELAXED);
     while (__atomic_load_n(&job->status, __ATOMIC_RELAXED) == OK) {
         const int64_t group_index = __atomic_fetch_add(&job->next_group, 1, __ATOMIC_RELAXED);
@@ -182,6 +184,8 @@ static void *worker(void *arg) {
     }
     free(scratch.scores);
     free(scratch.sums);
+    free(scratch.slots);
+    free(scratch.kv_offsets);
     free(scratch.row);
     return NULL;
 }

@@ -35,7 +35,7 @@ def _source_paths() -> set:
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             rel = os.path.relpath(folder, REPO)
             paths.add(rel + "/")
-            paths.update(f"{rel}/{name}" for name in files if name.endswith((".py", ".c")))
+            paths.update(f"{rel}/{name}" for name in files if name.endswith((".py", ".c", ".h")))
     return paths
 
 
