@@ -26,6 +26,7 @@ from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.platforms.cpu_memory import release_free_memory, tune_malloc
+from seq2seq_engine.platforms.startup_gc import collect_startup_garbage
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
@@ -74,6 +75,7 @@ class LLMEngine:
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
             detokenizer, lambda: next(self._seq_ids))
+        collect_startup_garbage()
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
