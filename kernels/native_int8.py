@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from .native import load_library, tensor_ptr
-from .native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH
+from .native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, check_epilogue
 
 GROUP = 4    # input channels per vpdpbusd lane
 _LIBRARY = "int8_linear_cpu"
@@ -70,11 +70,7 @@ def int8_panel_linear(x: torch.Tensor, packed: Int8Panels, bias: Optional[torch.
     if x.dim() != 2 or x.shape[1] != in_features or x.dtype != torch.float32 or x.stride(1) != 1:
         raise ValueError(f"int8_panel_linear: input {x.dtype} {tuple(x.shape)} (strides {x.stride()}) does not "
                          f"fit a weight of {in_features} inputs")
-    if bias is not None and (bias.shape != (out_features,) or bias.dtype != torch.float32):
-        raise ValueError(f"int8_panel_linear: bias must be float32 [{out_features}], got {bias.dtype} "
-                         f"{tuple(bias.shape)}")
-    if activation is not None and activation not in PANEL_ACTIVATIONS:
-        raise ValueError(f"int8_panel_linear: activation {activation!r} is not one of {', '.join(PANEL_ACTIVATIONS)}")
+    check_epilogue("int8_panel_linear", out_features, bias, activation)
     rows = x.shape[0]
     out = torch.empty(rows, out_features, dtype=torch.float32)
     if rows == 0:

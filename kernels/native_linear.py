@@ -39,6 +39,14 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(num_panels, PANEL_WIDTH, in_features).transpose(1, 2).contiguous()
 
 
+def check_epilogue(kernel: str, out_features: int, bias: Optional[torch.Tensor], activation: Optional[str]) -> None:
+    """Refuse a bias that is not float32 [out_features] and an activation the panel kernels do not have."""
+    if bias is not None and (bias.shape != (out_features,) or bias.dtype != torch.float32):
+        raise ValueError(f"{kernel}: bias must be float32 [{out_features}], got {bias.dtype} {tuple(bias.shape)}")
+    if activation is not None and activation not in PANEL_ACTIVATIONS:
+        raise ValueError(f"{kernel}: activation {activation!r} is not one of {', '.join(PANEL_ACTIVATIONS)}")
+
+
 def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: Optional[torch.Tensor] = None,
                  activation: Optional[str] = None) -> torch.Tensor:
     """x [rows, K] (float32 CPU, unit stride along K) times the panels' weight, plus bias [out_features], then
@@ -48,11 +56,7 @@ def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias:
             or width != PANEL_WIDTH or not panels.is_contiguous() or num_panels != -(-out_features // PANEL_WIDTH)):
         raise ValueError(f"panel_linear: input {x.dtype} {tuple(x.shape)} (strides {x.stride()}) does not fit "
                          f"panels {tuple(panels.shape)} of {out_features} outputs")
-    if bias is not None and (bias.shape != (out_features,) or bias.dtype != torch.float32):
-        raise ValueError(f"panel_linear: bias must be float32 [{out_features}], got {bias.dtype} "
-                         f"{tuple(bias.shape)}")
-    if activation is not None and activation not in PANEL_ACTIVATIONS:
-        raise ValueError(f"panel_linear: activation {activation!r} is not one of {', '.join(PANEL_ACTIVATIONS)}")
+    check_epilogue("panel_linear", out_features, bias, activation)
     out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
     if x.shape[0] == 0:
         return out
