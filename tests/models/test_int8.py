@@ -129,6 +129,14 @@ def test_native_int8_needs_per_row_scales():
     assert not Int8Linear(weight, per_row=False).native
 
 
+@NEEDS_NATIVE_INT8
+def test_native_int8_refuses_a_per_row_addend_with_an_activation():
+    """A [rows, N] addend is added after the kernel, so an activation inside the kernel would come before it."""
+    layer, x = Int8Linear(_random((30, 16), 15), native=True), _random((4, 16), 16)
+    with pytest.raises(ValueError, match="per-row addend and an activation"):
+        layer(x, addend=_random((4, 30), 17), activation="relu")
+
+
 def test_reduced_range_follows_vnni_and_a_forced_fbgemm_isa(monkeypatch):
     monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
     assert activations_need_reduced_range()
