@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import os
 import warnings
-from types import MappingProxyType
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seq2seq_engine.kernels.native_int8 import (int8_linear_available, int8_panel_linear, to_int8_panels,
                                                 unpack_int8_panels)
-from seq2seq_engine.models.utils import replace_linears
+from seq2seq_engine.kernels.native_linear import check_epilogue
+from seq2seq_engine.models.utils import get_activation, replace_linears
 
 QUANTIZATION_METHODS = ("int8",)
 # FBGEMM_ENABLE_INSTRUCTIONS values that make fbgemm run without VNNI (vpmaddubsw pairs saturate at int16).
 _NO_VNNI_ISAS = ("AVX2", "AVX512", "AVX512_256")
-# the activations forward applies after fbgemm's kernel: the same functions the native kernel computes in its pass
-_TORCH_ACTIVATIONS = MappingProxyType({"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu})
 
 
 def int8_unsupported_reason(device: str) -> Optional[str]:
@@ -92,8 +89,9 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.reduce_range = activations_need_reduced_range() if reduce_range is None else reduce_range
         self.per_row = per_row
-        self.native = per_row and int8_linear_available() if native is None else native
-        if self.native and not (per_row and int8_linear_available()):
+        kernel_available = per_row and int8_linear_available()
+        self.native = kernel_available if native is None else native
+        if self.native and not kernel_available:
             raise ValueError("the native int8 kernel quantizes per row and needs AVX-512 VNNI and a C compiler; "
                              "use native=False here")
         self._packed = to_int8_panels(qweight, scale) if self.native else _prepack(
@@ -135,9 +133,10 @@ class Int8Linear(nn.Module):
         if self.native:
             out = self._native_forward(rows, addend, activation)
         else:
+            check_epilogue("Int8Linear", self.out_features, None, activation)   # the native kernel's activations
             out = self._fbgemm_forward(rows, addend)
             if activation is not None:
-                out = _TORCH_ACTIVATIONS[activation](out)
+                out = get_activation(activation)(out)
         return out.view(*x.shape[:-1], self.out_features)
 
     def _native_forward(self, rows: torch.Tensor, addend: Optional[torch.Tensor],
