@@ -21,6 +21,7 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
+#include "lane_mask.h"
 #include "tile_activation.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -36,7 +37,7 @@ ALWAYS_INLINE void dot_accumulate(__m512i *acc, __m512i unsigned_bytes, __m512i 
 static void quantize_row(const float *x, int64_t k_size, int64_t k_padded, uint8_t *out, float *scale) {
     __m512 amax = _mm512_setzero_ps();
     for (int64_t k = 0; k < k_size; k += 16) {
-        const __mmask16 mask = k_size - k >= 16 ? 0xffff : (__mmask16)((1u << (k_size - k)) - 1);
+        const __mmask16 mask = lanes(k_size - k);
         amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + k)));
     }
     const float row_max = _mm512_reduce_max_ps(amax);
@@ -44,7 +45,7 @@ static void quantize_row(const float *x, int64_t k_size, int64_t k_padded, uint8
     const __m512 inverse = _mm512_set1_ps(row_max > 0.0f ? 127.0f / row_max : 0.0f);
     const __m512i low = _mm512_set1_epi32(-127), high = _mm512_set1_epi32(127), shift = _mm512_set1_epi32(128);
     for (int64_t k = 0; k < k_size; k += 16) {
-        const __mmask16 mask = k_size - k >= 16 ? 0xffff : (__mmask16)((1u << (k_size - k)) - 1);
+        const __mmask16 mask = lanes(k_size - k);
         /* round to nearest even, as torch.round */
         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + k), inverse));
         q = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, low), high), shift);
@@ -82,8 +83,7 @@ ALWAYS_INLINE void int8_tile(const uint8_t *xq, int64_t xq_stride, const int row
         }
     }
     const int64_t cols = epilogue->cols;
-    const __mmask16 mask_low = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-    const __mmask16 mask_high = cols >= PANEL ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    const __mmask16 mask_low = lanes(cols), mask_high = lanes(cols - 16);
     const __m512i offset_low = _mm512_loadu_si512(epilogue->offsets);
     const __m512i offset_high = _mm512_loadu_si512(epilogue->offsets + 16);
     const __m512 scale_low = _mm512_maskz_loadu_ps(mask_low, epilogue->column_scale);

@@ -7,13 +7,11 @@
  */
 #include <immintrin.h>
 
+#include "lane_mask.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define TILE_ROWS 4
 #define TILE_WIDTH 64 /* floats of a head's row in one tile: 4 registers */
-
-ALWAYS_INLINE __mmask16 lanes(int64_t count) {
-    return count >= 16 ? (__mmask16)0xffff : count <= 0 ? (__mmask16)0 : (__mmask16)((1u << count) - 1);
-}
 
 /* 16 (masked) floats of a cache from element `index`, widened from bfloat16 when `bf16`. */
 ALWAYS_INLINE __m512 load_lanes(const void *cache, int64_t index, __mmask16 mask, const int bf16) {

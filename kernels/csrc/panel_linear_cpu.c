@@ -18,6 +18,7 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
+#include "lane_mask.h"
 #include "tile_activation.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -38,8 +39,7 @@ ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, 
             high[r] = _mm512_fmadd_ps(value, w_high, high[r]);
         }
     }
-    const __mmask16 mask_low = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-    const __mmask16 mask_high = cols >= PANEL ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    const __mmask16 mask_low = lanes(cols), mask_high = lanes(cols - 16);
     const __m512 bias_low = bias ? _mm512_maskz_loadu_ps(mask_low, bias) : _mm512_setzero_ps();
     const __m512 bias_high = bias ? _mm512_maskz_loadu_ps(mask_high, bias + 16) : _mm512_setzero_ps();
     for (int r = 0; r < rows; r++) {
