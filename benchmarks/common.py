@@ -10,6 +10,7 @@ is the highest resident set a background thread saw (polling /proc every 5 ms) d
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib.util
 import multiprocessing
 import os
@@ -20,6 +21,8 @@ import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from machine import cpu_description
 
 OURS = "ours"  # the engine label of this engine's rows; every other label is a peer
 
@@ -188,7 +191,8 @@ def ct2_installed() -> bool:
 
 
 def environment_line(threads: int) -> str:
-    """Versions, threads and the load average, to print with every table (timings depend on them)."""
+    """Versions, threads, the load average, the date and the CPU, to print with every table (timings depend on
+    them)."""
     import torch
     import transformers
     parts = [f"python {platform.python_version()}", f"torch {torch.__version__}",
@@ -197,7 +201,8 @@ def environment_line(threads: int) -> str:
         import ctranslate2
         parts.append(f"ctranslate2 {ctranslate2.__version__}")
     load = os.getloadavg()
-    parts += [f"threads {threads}", f"cpus {os.cpu_count()}", f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"]
+    parts += [f"threads {threads}", f"cpus {os.cpu_count()}", f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+              f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}", cpu_description()]
     return ", ".join(parts)
 
 

@@ -189,6 +189,7 @@ def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: 
 
 def header(args: argparse.Namespace) -> None:
     import torch
+    from machine import cpu_description
 
     from seq2seq_engine.models.int8 import activations_need_reduced_range
     isa = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
@@ -196,7 +197,7 @@ def header(args: argparse.Namespace) -> None:
     print(f"date {datetime.datetime.now().isoformat(timespec='minutes')}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}, cpu capability {torch.backends.cpu.get_cpu_capability()}, ISA env {isa or '-'}, "
           f"int8 activations reduced to 7 bits: {activations_need_reduced_range()}, load average "
-          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}, {cpu_description()}", flush=True)
 
 
 def report(results: List[Tuple[Tuple[str, int, int, int], Dict[str, Tuple[float, float]]]], names: List[str]) -> None:
