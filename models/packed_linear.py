@@ -1,14 +1,16 @@
 """float32 linear layers on a prepacked copy of their weight, faster than F.linear on every shape measured.
 
-Two packings, chosen once per process: the native panel kernel (kernels/native_linear.py: weight columns in panels
-of 32 streamed once per step; decisions §64) where it built with AVX-512, else oneDNN's
-``torch.ops.mkldnn._linear_pointwise`` on a weight reordered once by ``_reorder_linear_weight`` (decisions §63).
+Two packings: the native panel kernel (kernels/native_linear.py: weight columns in panels of 32 streamed once per
+step; decisions §64) and oneDNN's ``torch.ops.mkldnn._linear_pointwise`` on a weight reordered once by
+``_reorder_linear_weight`` (decisions §63). ``float32_packing`` picks one: oneDNN on Intel CPUs, the panels elsewhere
+where they built (decisions §68); SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn forces one, 0 turns packing off.
 Both compute x W^T in float32 (results within float rounding of F.linear's). ``pack_float32_model`` gives a float32
 CPU model such layers after loading: every nn.Linear (the packed copy replaces the weight) and the logits projection
 of models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the shared embedding matrix beside it).
 """
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 from typing import Callable, Optional
 
@@ -18,8 +20,12 @@ from torch import nn
 from seq2seq_engine.config import env_switch
 from seq2seq_engine.kernels.native_linear import panel_linear, panel_linear_available, to_panels
 from seq2seq_engine.models.utils import replace_linears
+from seq2seq_engine.platforms.cpu_vendor import INTEL, cpu_vendor
 
 PACKED_LINEAR_ENV = "SEQ2SEQ_ENGINE_PACKED_LINEAR"
+PACKINGS = ("panels", "onednn")
+PACKING_NEEDS = MappingProxyType({"panels": "it needs AVX-512F and a C compiler",
+                                  "onednn": "this torch build has no oneDNN prepacked linear"})
 # HF activation name -> oneDNN post-op (attr, algorithm) applied to the matmul's output in the same pass: the same
 # function (gelu: erf form, as F.gelu; within float32 rounding of torch's, decisions §63).
 ONEDNN_ACTIVATIONS = MappingProxyType({"relu": ("relu", ""), "gelu": ("gelu", "none"), "silu": ("swish", ""),
@@ -32,10 +38,28 @@ def onednn_linear_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
+def float32_packing() -> Optional[str]:
+    """The packing float32 linears get here, one of PACKINGS, or None (SEQ2SEQ_ENGINE_PACKED_LINEAR=0, or neither
+    is there). Unset (or 1): oneDNN on Intel CPUs, where it measured faster, else the panels where they built
+    (decisions §68); "panels" or "onednn" forces one and is refused where it is missing."""
+    choice = os.environ.get(PACKED_LINEAR_ENV, "1").strip().lower()
+    available = {"panels": panel_linear_available(), "onednn": onednn_linear_available()}
+    if choice in PACKINGS:
+        if not available[choice]:
+            raise ValueError(f"{PACKED_LINEAR_ENV}={choice}: that packing is not available here ("
+                             f"{PACKING_NEEDS[choice]})")
+        return choice
+    if choice not in ("1", "true", "yes", "on", "auto"):
+        if env_switch(PACKED_LINEAR_ENV):
+            raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
+        return None
+    order = ("onednn", "panels") if cpu_vendor() == INTEL else ("panels", "onednn")
+    return next((packing for packing in order if available[packing]), None)
+
+
 def packed_linear_available() -> bool:
-    """Whether float32 linears get a packed weight here: SEQ2SEQ_ENGINE_PACKED_LINEAR is not 0 and the panel
-    kernel or oneDNN is there."""
-    return env_switch(PACKED_LINEAR_ENV) and (panel_linear_available() or onednn_linear_available())
+    """Whether float32 linears get a packed weight here (float32_packing is not None)."""
+    return float32_packing() is not None
 
 
 class PackedLinear(nn.Module):
@@ -54,11 +78,9 @@ class PackedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.weight = weight if keep_weight else None
         self.bias = bias
-        kernel_available = panel_linear_available()
-        self.panels = kernel_available if panels is None else panels
-        if self.panels and not kernel_available:
-            raise ValueError("the native panel linear kernel is not available here (it needs AVX-512F and a C "
-                             "compiler)")
+        self.panels = float32_packing() == "panels" if panels is None else panels
+        if self.panels and not panel_linear_available():
+            raise ValueError(f"the native panel linear kernel is not available here ({PACKING_NEEDS['panels']})")
         packed = to_panels(weight.detach()) if self.panels else torch.ops.mkldnn._reorder_linear_weight(
             weight.detach())
         self.register_buffer("packed_weight", packed, persistent=False)

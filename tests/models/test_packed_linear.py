@@ -8,9 +8,9 @@ from torch import nn
 
 from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear_available
 from seq2seq_engine.model_loader.loader import load_model
-from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, linear_then_activation,
-                                                 onednn_linear_available, pack_linears, pack_logits_head,
-                                                 packed_linear_available)
+from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, float32_packing,
+                                                 linear_then_activation, onednn_linear_available, pack_linears,
+                                                 pack_logits_head, packed_linear_available)
 from seq2seq_engine.models.utils import get_activation
 
 pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="neither the panel kernel nor oneDNN here")
@@ -160,7 +160,7 @@ def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_
     for name, linear in linears.items():
         layer = packed.get_submodule(name)
         assert isinstance(layer, PackedLinear) and layer.weight is None, name
-        assert layer.panels == panel_linear_available(), name
+        assert layer.panels == (float32_packing() == "panels"), name
         assert layer.packed_weight.numel() == _packed_numel(layer, linear.weight), name
         x = _randn(5, 3, linear.in_features)
         torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
