@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import os
 import shutil
@@ -114,6 +115,7 @@ def engine_specs(args: argparse.Namespace, job: LongJob) -> List[EngineSpec]:
 
 def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording], applied: Dict[str, Any],
                  ignored: List[str]) -> None:
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
     line = environment_line(args.threads)
     if importlib.util.find_spec("faster_whisper") is not None:
