@@ -2,28 +2,14 @@
 from __future__ import annotations
 
 import platform
-from typing import Dict
+
+from seq2seq_engine.platforms.cpu_vendor import CPUINFO, read_cpuinfo
 
 # the instruction-set extensions that change which kernels run (ours and the peers' MKL/oneDNN), in print order
 MATMUL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
-def read_cpuinfo(path: str = "/proc/cpuinfo") -> Dict[str, str]:
-    """The first processor's fields of a /proc/cpuinfo-style file ({} where it cannot be read)."""
-    fields: Dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        return {}
-    return fields
-
-
-def cpu_description(path: str = "/proc/cpuinfo") -> str:
+def cpu_description(path: str = CPUINFO) -> str:
     """'cpu MODEL (VENDOR family F model M; FLAG FLAG ...)', or platform's processor name off Linux."""
     fields = read_cpuinfo(path)
     if not fields:

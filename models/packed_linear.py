@@ -42,6 +42,8 @@ def float32_packing() -> Optional[str]:
     """The packing float32 linears get here, one of PACKINGS, or None (SEQ2SEQ_ENGINE_PACKED_LINEAR=0, or neither
     is there). Unset (or 1): oneDNN on Intel CPUs, where it measured faster, else the panels where they built
     (decisions §68); "panels" or "onednn" forces one and is refused where it is missing."""
+    if not env_switch(PACKED_LINEAR_ENV):
+        return None
     choice = os.environ.get(PACKED_LINEAR_ENV, "1").strip().lower()
     available = {"panels": panel_linear_available(), "onednn": onednn_linear_available()}
     if choice in PACKINGS:
@@ -50,9 +52,7 @@ def float32_packing() -> Optional[str]:
                              f"{PACKING_NEEDS[choice]})")
         return choice
     if choice not in ("1", "true", "yes", "on", "auto"):
-        if env_switch(PACKED_LINEAR_ENV):
-            raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
-        return None
+        raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
     order = ("onednn", "panels") if cpu_vendor() == INTEL else ("panels", "onednn")
     return next((packing for packing in order if available[packing]), None)
 
