@@ -28,9 +28,9 @@ Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
   torchao        torchao's Int8DynamicActivationInt8WeightConfig in eager mode, when torchao is installed
 Every candidate runs once per round on each shape, interleaved (A, B, C, A, B, C, ...); a cell is the fastest
 single call over all rounds (the machine is shared: the minimum is the least disturbed). With --cold, a read of
-EVICT_BYTES before every timed call pushes the weights out of the caches, as in a decode step, where a whole model's
-weights pass through them (without it, repeated calls find a small weight in cache). "err" is the largest
-|y - y_float32| over the largest |y_float32| on random inputs, the error the quantization adds.
+three times the last-level cache before every timed call pushes the weights out of the caches, as in a decode step,
+where a whole model's weights pass through them (without it, repeated calls find a small weight in cache). "err" is
+the largest |y - y_float32| over the largest |y_float32| on random inputs, the error the quantization adds.
 """
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FB
             "ATEN_CPU_CAPABILITY": "avx2"}
 CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-panels", "int8-fbgemm",
               "int8-fbgemm-pt", "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
-# bytes read before each --cold call: three times this VM's 32 MiB L3
-EVICT_BYTES = 96 * 1024 * 1024
+# bytes read before each --cold call: three times the last-level cache (at least 96 MiB, three times the 32 MiB L3
+# of the AMD VMs; the Intel Xeon VMs report 300 MiB)
+MIN_EVICT_BYTES = 96 * 1024 * 1024
 # (label, rows, K, N) per model: encoder (prefill) rows, then decoder rows, then the logits projection.
 SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
     "whisper": [("enc qkv", 1500, 512, 1536), ("enc out", 1500, 512, 512), ("enc fc1", 1500, 512, 2048),
@@ -159,12 +160,19 @@ def build(name: str, x, weight, bias) -> Callable:
 
 
 # ------------------------------------------------------------------------------------------- timing
+def evict_bytes() -> int:
+    """How much --cold reads before each timed call: three times this CPU's last-level cache, at least
+    MIN_EVICT_BYTES."""
+    from machine import last_level_cache_bytes
+    return max(MIN_EVICT_BYTES, 3 * last_level_cache_bytes())
+
+
 def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: int,
                cold: bool = False) -> Dict[str, Tuple[float, float]]:
     """{candidate: (fastest call in ms, relative error vs float32)} on one shape, candidates interleaved; `cold`
-    reads EVICT_BYTES before each timed call."""
+    reads evict_bytes() before each timed call."""
     import torch
-    evict = torch.ones(EVICT_BYTES // 4) if cold else None
+    evict = torch.ones(evict_bytes() // 4) if cold else None
     generator = torch.Generator().manual_seed(rows * 7919 + k * 31 + n)
     x = torch.randn(rows, k, generator=generator)
     weight = torch.randn(n, k, generator=generator) / k ** 0.5

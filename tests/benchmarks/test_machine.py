@@ -6,7 +6,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from common import environment_line  # noqa: E402
-from machine import cpu_description, read_cpuinfo  # noqa: E402
+from machine import cpu_description, last_level_cache_bytes, read_cpuinfo  # noqa: E402
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -43,3 +43,11 @@ def test_environment_line_carries_this_machines_cpu_and_the_date():
     if os.path.exists("/proc/cpuinfo"):
         assert read_cpuinfo()["model name"] in line
     assert " UTC" in line and "date 20" in line
+
+
+def test_last_level_cache_is_the_largest_size_sysfs_reports(tmp_path):
+    for index, size in enumerate(["48K", "2048K", "307200K", "1M"]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 307200 * 1024
+    assert last_level_cache_bytes(str(tmp_path / "missing")) == 0
