@@ -6,9 +6,10 @@
  * from memory; for every 8 input rows a tile of 8 x 32 outputs accumulates in 16 AVX-512 registers over the whole K
  * (x broadcast, two panel loads and 16 FMAs per k), so the panel is read from memory once and from cache for the
  * other row tiles. Decode steps (a few rows) are then bound by memory bandwidth, not by a blocking made for large
- * matrices; large prefill matrices run at the FMA rate as well. While it works on one panel, a thread prefetches
- * the next into L2 (two lines per k step, spread over the row tiles), so the memory stream of a decode step keeps
- * many requests in flight instead of waiting on each panel's first tile.
+ * matrices; large prefill matrices run at the FMA rate as well. While it works on panel p, a thread prefetches panel
+ * p + 1 into L2 (two lines per k step, spread over the row tiles; at the end of a thread's range that is the other
+ * thread's first panel, one wasted panel a call), so the memory stream of a decode step keeps many requests in
+ * flight instead of waiting on each panel's first tile.
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
@@ -64,7 +65,8 @@ static void panel_all_rows(const float *x, int64_t x_stride, int64_t num_rows, i
                            const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
                            const float *next) {
     const int64_t panel_lines = next ? k_size * PANEL_ROW_LINES : 0;
-    const int64_t lines_per_tile = (panel_lines * TILE_ROWS + num_rows - 1) / num_rows;
+    const int64_t num_tiles = (num_rows + TILE_ROWS - 1) / TILE_ROWS;
+    const int64_t lines_per_tile = (panel_lines + num_tiles - 1) / num_tiles;
     for (int64_t first = 0; first < num_rows; first += TILE_ROWS) {
         const int64_t rows = num_rows - first < TILE_ROWS ? num_rows - first : TILE_ROWS;
         const float *x_rows = x + first * x_stride;
