@@ -3,20 +3,26 @@
  * Built on first use by kernels/native.py and called through ctypes (front end: kernels/native_linear.py).
  * The weight [N, K] is stored as panels [ceil(N / 32)][K][32]: panel p holds output columns 32p..32p+31 with its K
  * rows contiguous, zero-padded past N. Each thread takes a contiguous range of panels and streams each panel once
- * from memory; for every 8 input rows a tile of 8 x 32 outputs accumulates in 16 AVX-512 registers over the whole K
- * (x broadcast, two panel loads and 16 FMAs per k), so the panel is read from memory once and from cache for the
- * other row tiles. Decode steps (a few rows) are then bound by memory bandwidth, not by a blocking made for large
- * matrices; large prefill matrices run at the FMA rate as well. While it works on panel p, a thread prefetches panel
- * p + 1 into L2 (two lines per k step, spread over the row tiles; at the end of a thread's range that is the other
- * thread's first panel, one wasted panel a call), so the memory stream of a decode step keeps many requests in
- * flight instead of waiting on each panel's first tile.
+ * from memory; a tile of outputs accumulates in AVX-512 registers over the whole K (x broadcast, panel loads and
+ * FMAs per k), so a panel is read from memory once and from cache for the other row tiles. Decode steps (a few rows)
+ * are then bound by memory bandwidth, not by a blocking made for large matrices; large prefill matrices run at the
+ * FMA rate as well. Below WIDE_TILE_MIN_ROWS rows a tile is 8 rows x one panel (16 accumulators, two panel loads
+ * and 16 FMAs per k); from there it is 6 rows x two adjacent panels (24 accumulators, four loads and 24 FMAs per k:
+ * fewer loads per FMA, which an Intel Xeon needed to keep pace with oneDNN at 128+ rows, while 8 rows x one panel
+ * streams better at decode sizes). While it works on one group of panels, a thread prefetches the next group into
+ * L2 (PANEL_ROW_LINES lines per panel and k step, spread over the row tiles; at the end of a thread's range that is
+ * the other thread's first group, one wasted group a call), so the memory stream of a decode step keeps many
+ * requests in flight instead of waiting on each group's first tile.
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
 #include <stdint.h>
 
 #define PANEL 32
-#define TILE_ROWS 8
+#define NARROW_TILE_ROWS 8
+#define WIDE_TILE_ROWS 6
+#define WIDE_TILE_PANELS 2
+#define WIDE_TILE_MIN_ROWS 64
 #define LINE_BYTES 64
 #define PANEL_ROW_LINES (PANEL * 4 / LINE_BYTES)
 
@@ -28,66 +34,81 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Outputs [rows x cols] (rows <= TILE_ROWS, cols <= PANEL) of one panel for the rows of x starting at `x`; meanwhile
- * `prefetch_lines` cache lines from `prefetch` go to L2, PANEL_ROW_LINES per k step. */
+/* Outputs [rows x cols] (cols <= PANEL * panels, the panels `panel_stride` floats apart) for the rows of x starting
+ * at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, PANEL_ROW_LINES * panels per k step. */
 ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
-                              const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
-                              const char *prefetch, int64_t prefetch_lines) {
-    __m512 low[TILE_ROWS], high[TILE_ROWS];
-    for (int r = 0; r < rows; r++) {
-        low[r] = _mm512_setzero_ps();
-        high[r] = _mm512_setzero_ps();
-    }
+                              const int panels, int64_t panel_stride, const float *bias, float *out,
+                              int64_t out_stride, int64_t cols, int activation, const char *prefetch,
+                              int64_t prefetch_lines) {
+    const int vectors = 2 * panels, lines_per_k = PANEL_ROW_LINES * panels;
+    __m512 acc[NARROW_TILE_ROWS][2 * WIDE_TILE_PANELS];
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < vectors; v++) acc[r][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < k_size; k++) {
-        for (int line = 0; line < PANEL_ROW_LINES; line++)
-            if (k * PANEL_ROW_LINES + line < prefetch_lines)
-                _mm_prefetch(prefetch + (k * PANEL_ROW_LINES + line) * LINE_BYTES, _MM_HINT_T1);
-        const __m512 w_low = _mm512_loadu_ps(panel + k * PANEL), w_high = _mm512_loadu_ps(panel + k * PANEL + 16);
+        for (int line = 0; line < lines_per_k; line++)
+            if (k * lines_per_k + line < prefetch_lines)
+                _mm_prefetch(prefetch + (k * lines_per_k + line) * LINE_BYTES, _MM_HINT_T1);
+        __m512 w[2 * WIDE_TILE_PANELS];
+        for (int v = 0; v < vectors; v++) w[v] = _mm512_loadu_ps(panel + v / 2 * panel_stride + k * PANEL + v % 2 * 16);
         for (int r = 0; r < rows; r++) {
             const __m512 value = _mm512_set1_ps(x[r * x_stride + k]);
-            low[r] = _mm512_fmadd_ps(value, w_low, low[r]);
-            high[r] = _mm512_fmadd_ps(value, w_high, high[r]);
+            for (int v = 0; v < vectors; v++) acc[r][v] = _mm512_fmadd_ps(value, w[v], acc[r][v]);
         }
     }
-    const __mmask16 mask_low = lanes(cols), mask_high = lanes(cols - 16);
-    const __m512 bias_low = bias ? _mm512_maskz_loadu_ps(mask_low, bias) : _mm512_setzero_ps();
-    const __m512 bias_high = bias ? _mm512_maskz_loadu_ps(mask_high, bias + 16) : _mm512_setzero_ps();
-    for (int r = 0; r < rows; r++) {
-        _mm512_mask_storeu_ps(out + r * out_stride, mask_low, _mm512_add_ps(low[r], bias_low));
-        _mm512_mask_storeu_ps(out + r * out_stride + 16, mask_high, _mm512_add_ps(high[r], bias_high));
+    for (int v = 0; v < vectors; v++) {
+        const __mmask16 mask = lanes(cols - 16 * v);
+        const __m512 bias_v = bias ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : _mm512_setzero_ps();
+        for (int r = 0; r < rows; r++)
+            _mm512_mask_storeu_ps(out + r * out_stride + 16 * v, mask, _mm512_add_ps(acc[r][v], bias_v));
     }
     if (activation != ACTIVATION_NONE) activate_tile(out, out_stride, rows, cols, activation);
 }
 
-/* Every row of x against one panel, TILE_ROWS rows at a time (the row count is a constant in each copy), each tile
- * prefetching its share of the panel `next` (NULL: none). */
-static void panel_all_rows(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panel,
-                           const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
-                           const float *next) {
-    const int64_t panel_lines = next ? k_size * PANEL_ROW_LINES : 0;
-    const int64_t num_tiles = (num_rows + TILE_ROWS - 1) / TILE_ROWS;
-    const int64_t lines_per_tile = (panel_lines + num_tiles - 1) / num_tiles;
-    for (int64_t first = 0; first < num_rows; first += TILE_ROWS) {
-        const int64_t rows = num_rows - first < TILE_ROWS ? num_rows - first : TILE_ROWS;
+/* Every row of x against `panels` adjacent panels, `tile_rows` rows at a time (the row and panel counts are
+ * constants in each copy), each tile prefetching its share of the `next_lines` lines at `next` (none for 0). */
+ALWAYS_INLINE void group_all_rows(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size,
+                                  const float *panel, const int panels, const int tile_rows, const float *bias,
+                                  float *out, int64_t out_stride, int64_t cols, int activation, const float *next,
+                                  int64_t next_lines) {
+    const int64_t num_tiles = (num_rows + tile_rows - 1) / tile_rows;
+    const int64_t lines_per_tile = (next_lines + num_tiles - 1) / num_tiles;
+    const int64_t panel_stride = k_size * PANEL;
+    for (int64_t first = 0; first < num_rows; first += tile_rows) {
+        const int64_t rows = num_rows - first < tile_rows ? num_rows - first : tile_rows;
         const float *x_rows = x + first * x_stride;
         float *out_rows = out + first * out_stride;
-        const int64_t first_line = first / TILE_ROWS * lines_per_tile;
-        const int64_t lines = first_line >= panel_lines ? 0
-                              : (panel_lines - first_line < lines_per_tile ? panel_lines - first_line : lines_per_tile);
+        const int64_t first_line = first / tile_rows * lines_per_tile;
+        const int64_t lines = first_line >= next_lines ? 0
+                              : (next_lines - first_line < lines_per_tile ? next_lines - first_line : lines_per_tile);
         const char *prefetch = (const char *)next + first_line * LINE_BYTES;
 #define TILE_CASE(n) \
     case n: \
-        panel_tile(x_rows, x_stride, n, k_size, panel, bias, out_rows, out_stride, cols, activation, prefetch, lines); \
+        panel_tile(x_rows, x_stride, n, k_size, panel, panels, panel_stride, bias, out_rows, out_stride, cols, \
+                   activation, prefetch, lines); \
         break;
         switch (rows) {
             TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7)
             default:
-                panel_tile(x_rows, x_stride, TILE_ROWS, k_size, panel, bias, out_rows, out_stride, cols, activation,
-                           prefetch, lines);
+                panel_tile(x_rows, x_stride, NARROW_TILE_ROWS, k_size, panel, panels, panel_stride, bias, out_rows,
+                           out_stride, cols, activation, prefetch, lines);
         }
 #undef TILE_CASE
     }
 }
+
+/* One group of adjacent panels: a pair in 6 x 64 tiles, or one panel in 8 x 32 tiles. */
+static void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panel,
+                        int panels, const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
+                        const float *next, int64_t next_lines) {
+    if (panels == WIDE_TILE_PANELS)
+        group_all_rows(x, x_stride, num_rows, k_size, panel, WIDE_TILE_PANELS, WIDE_TILE_ROWS, bias, out, out_stride,
+                       cols, activation, next, next_lines);
+    else
+        group_all_rows(x, x_stride, num_rows, k_size, panel, 1, NARROW_TILE_ROWS, bias, out, out_stride, cols,
+                       activation, next, next_lines);
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int panel_linear_supported(void) { return 1; }
 
@@ -97,12 +118,18 @@ void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_
                       int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
                       int num_threads) {
     const int64_t num_panels = (n_size + PANEL - 1) / PANEL;
+    const int64_t group_panels = num_rows >= WIDE_TILE_MIN_ROWS ? WIDE_TILE_PANELS : 1;
+    const int64_t num_groups = (num_panels + group_panels - 1) / group_panels;
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t p = 0; p < num_panels; p++) {
-        const int64_t first_col = p * PANEL, cols = n_size - first_col < PANEL ? n_size - first_col : PANEL;
-        const float *next = p + 1 < num_panels ? panels + (p + 1) * k_size * PANEL : 0;
-        panel_all_rows(x, x_stride, num_rows, k_size, panels + p * k_size * PANEL, bias ? bias + first_col : 0,
-                       out + first_col, out_stride, cols, activation, next);
+    for (int64_t g = 0; g < num_groups; g++) {
+        const int64_t first_panel = g * group_panels, first_col = first_panel * PANEL;
+        const int64_t panels_here = min64(group_panels, num_panels - first_panel);
+        const int64_t next_panel = first_panel + panels_here;
+        const int64_t next_panels = min64(group_panels, num_panels - next_panel);
+        const int64_t cols = min64(n_size - first_col, panels_here * PANEL);
+        panel_group(x, x_stride, num_rows, k_size, panels + first_panel * k_size * PANEL, (int)panels_here,
+                    bias ? bias + first_col : 0, out + first_col, out_stride, cols, activation,
+                    panels + next_panel * k_size * PANEL, next_panels * k_size * PANEL_ROW_LINES);
     }
 }
 

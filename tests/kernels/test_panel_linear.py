@@ -1,5 +1,6 @@
 """The native panel linear kernel (kernels/native_linear.py, csrc/panel_linear_cpu.c) against F.linear on random
-inputs: every row-tile size, output widths off the 32-column panel, strided rows, with and without bias."""
+inputs: every row-tile size, output widths off the 32-column panel, strided rows, with and without bias; a row's
+result does not depend on how many rows share the call."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,8 @@ def test_to_panels_lays_out_column_panels_padded_with_zeros():
     assert torch.equal(panels[0], weight[:32].t())
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17, 64, 131])
-@pytest.mark.parametrize("out_features,in_features", [(1, 7), (31, 16), (32, 33), (45, 64), (300, 257)])
+@pytest.mark.parametrize("rows", [1, 3, 6, 8, 9, 17, 64, 131])
+@pytest.mark.parametrize("out_features,in_features", [(1, 7), (31, 16), (32, 33), (45, 64), (80, 40), (300, 257)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
     weight, x = _randn(1, out_features, in_features), _randn(2, rows, in_features)
@@ -32,6 +33,18 @@ def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
     assert got.shape == (rows, out_features) and got.is_contiguous()
     torch.testing.assert_close(got, F.linear(x.double(), weight.double(), None if b is None else b.double()).float(),
                                rtol=1e-5, atol=1e-5 * in_features ** 0.5)
+
+
+@pytest.mark.parametrize("out_features", [45, 96, 300])
+def test_a_rows_output_is_the_same_bits_in_every_batch_size(out_features):
+    """Few rows run in 8 x 32 tiles and many in 6 x 64 tiles: both sum over K in the same order, so a request's
+    tokens do not depend on how many others share its step."""
+    weight, bias, x = _randn(13, out_features, 200), _randn(14, out_features), _randn(15, 131, 200)
+    panels = to_panels(weight)
+    together = panel_linear(x, panels, out_features, bias)
+    for first in range(0, 131, 5):
+        alone = panel_linear(x[first:first + 5], panels, out_features, bias)
+        assert torch.equal(alone, together[first:first + 5]), f"rows {first}..{first + 4} changed with the batch"
 
 
 @pytest.mark.parametrize("activation", sorted(PANEL_ACTIVATIONS))
