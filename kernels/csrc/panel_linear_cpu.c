@@ -35,19 +35,22 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Outputs [rows x cols] (cols <= PANEL * panels, the panels `panel_stride` floats apart) for the rows of x starting
- * at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, PANEL_ROW_LINES * panels per k step. */
+ * at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, spread evenly over the k steps. */
 ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
                               const int panels, int64_t panel_stride, const float *bias, float *out,
                               int64_t out_stride, int64_t cols, int activation, const char *prefetch,
                               int64_t prefetch_lines) {
-    const int vectors = 2 * panels, lines_per_k = PANEL_ROW_LINES * panels;
+    const int vectors = 2 * panels;
     __m512 acc[NARROW_TILE_ROWS][2 * WIDE_TILE_PANELS];
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < vectors; v++) acc[r][v] = _mm512_setzero_ps();
+    /* Evenly spread, not all at once: a burst of prefetches waiting on DRAM holds the L1 miss buffers that the
+     * tile's own panel loads from L2 need, and the FMAs stall behind the memory stream instead of overlapping it
+     * (a T5 decode step's linears at 32 rows: 43.7 -> 32.8 ms on an Intel Xeon). */
+    int64_t credit = 0, issued = 0;
     for (int64_t k = 0; k < k_size; k++) {
-        for (int line = 0; line < lines_per_k; line++)
-            if (k * lines_per_k + line < prefetch_lines)
-                _mm_prefetch(prefetch + (k * lines_per_k + line) * LINE_BYTES, _MM_HINT_T1);
+        for (credit += prefetch_lines; credit >= k_size; credit -= k_size)
+            _mm_prefetch(prefetch + issued++ * LINE_BYTES, _MM_HINT_T1);
         __m512 w[2 * WIDE_TILE_PANELS];
         for (int v = 0; v < vectors; v++) w[v] = _mm512_loadu_ps(panel + v / 2 * panel_stride + k * PANEL + v % 2 * 16);
         for (int r = 0; r < rows; r++) {
