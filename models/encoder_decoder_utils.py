@@ -66,6 +66,8 @@ class CrossAttention(nn.Module):
     that ran the encoder (prefills); the Attention layer writes them into the cross blocks and decode steps
     read them back from the cache."""
 
+    encoder_row_linears = ("kv_proj",)    # run over the encoder's rows, not once per decode step (packed_linear)
+
     def __init__(self, embed_dim: int, num_heads: int, k_bias: bool = True) -> None:
         super().__init__()
         if embed_dim % num_heads:

@@ -2,8 +2,10 @@
 
 Two packings: the native panel kernel (kernels/native_linear.py: weight columns in panels of 32 streamed once per
 step; decisions §64) and oneDNN's ``torch.ops.mkldnn._linear_pointwise`` on a weight reordered once by
-``_reorder_linear_weight`` (decisions §63). ``float32_packing`` picks one: oneDNN on Intel CPUs, the panels elsewhere
-where they built (decisions §68); SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn forces one, 0 turns packing off.
+``_reorder_linear_weight`` (decisions §63). ``float32_packing`` picks one per layer: the panels for the decode-step
+linears of encoder/decoder models (their decoder's linears but the cross-attention K/V projections, and the logits
+head) wherever they built (decisions §70); for the other linears oneDNN on Intel CPUs and the panels elsewhere
+(decisions §68). SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn forces one for every layer, 0 turns packing off.
 Both compute x W^T in float32 (results within float rounding of F.linear's). ``pack_float32_model`` gives a float32
 CPU model such layers after loading: every nn.Linear (the packed copy replaces the weight) and the logits projection
 of models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the shared embedding matrix beside it).
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import os
 from types import MappingProxyType
-from typing import Callable, Optional
+from typing import Callable, Optional, Set
 
 import torch
 from torch import nn
@@ -38,10 +40,11 @@ def onednn_linear_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def float32_packing() -> Optional[str]:
-    """The packing float32 linears get here, one of PACKINGS, or None (SEQ2SEQ_ENGINE_PACKED_LINEAR=0, or neither
-    is there). Unset (or 1): oneDNN on Intel CPUs, where it measured faster, else the panels where they built
-    (decisions §68); "panels" or "onednn" forces one and is refused where it is missing."""
+def float32_packing(decode_step: bool = False) -> Optional[str]:
+    """The packing a float32 linear gets here, one of PACKINGS, or None (SEQ2SEQ_ENGINE_PACKED_LINEAR=0, or neither
+    is there). Unset (or 1): the panels for a `decode_step` linear where they built (decisions §70); otherwise
+    oneDNN on Intel CPUs, where it measured faster over many rows, else the panels where they built (decisions
+    §68). "panels" or "onednn" forces one and is refused where it is missing."""
     if not env_switch(PACKED_LINEAR_ENV):
         return None
     choice = os.environ.get(PACKED_LINEAR_ENV, "1").strip().lower()
@@ -53,7 +56,7 @@ def float32_packing() -> Optional[str]:
         return choice
     if choice not in ("1", "true", "yes", "on", "auto"):
         raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
-    order = ("onednn", "panels") if cpu_vendor() == INTEL else ("panels", "onednn")
+    order = ("onednn", "panels") if cpu_vendor() == INTEL and not decode_step else ("panels", "onednn")
     return next((packing for packing in order if available[packing]), None)
 
 
@@ -126,9 +129,27 @@ def linear_then_activation(layer: nn.Module, activation: str, activation_fn: Cal
     return activation_fn(layer(x))
 
 
+def decode_step_linears(model: nn.Module) -> Set[int]:
+    """ids of the linears of an encoder/decoder model that run once per decode step, over one row per running
+    sequence: every nn.Linear inside a module named ``decoder`` but the cross-attention K/V projections (a
+    module names those children in ``encoder_row_linears``; they run over the encoder's rows at prefill). Empty
+    for other models."""
+    if not getattr(model, "is_encoder_decoder", False):
+        return set()
+    found: Set[int] = set()
+    for name, module in model.named_modules():
+        if "decoder" not in name.split("."):
+            continue
+        skipped = getattr(module, "encoder_row_linears", ())
+        found.update(id(child) for child_name, child in module.named_children()
+                     if isinstance(child, nn.Linear) and child_name not in skipped)
+    return found
+
+
 def pack_logits_head(model: nn.Module) -> bool:
     """Give a float32 CPU model's logits projection a PackedLinear (its own nn.Linear, or the tied embedding
-    matrix through ``set_lm_head``); False where the model has no such head or no packing is available."""
+    matrix through ``set_lm_head``); False where the model has no such head or no packing is available. The head
+    runs once per decode step: it gets the decode-step packing."""
     if not packed_linear_available() or not hasattr(model, "set_lm_head"):
         return False
     head = getattr(model, "lm_head", None)
@@ -142,18 +163,23 @@ def pack_logits_head(model: nn.Module) -> bool:
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         return False
     bias = None if bias is None else bias.detach()
-    model.set_lm_head(PackedLinear(weight.detach(), bias, keep_weight=tied is not None))
+    model.set_lm_head(PackedLinear(weight.detach(), bias, keep_weight=tied is not None,
+                                   panels=float32_packing(decode_step=True) == "panels"))
     return True
 
 
-def pack_linears(module: nn.Module) -> int:
+def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None) -> int:
     """Replace every float32 CPU nn.Linear inside `module` by a PackedLinear without the plain weight (the packed
-    copy takes its place, so memory stays the same), in place; returns how many were replaced."""
+    copy takes its place, so memory stays the same), in place; returns how many were replaced. The linears whose
+    ids are in `decode_step` get the decode-step packing."""
+    decode_step = decode_step or set()
+
     def packed(linear: nn.Linear) -> Optional[PackedLinear]:
         if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
             return None
         bias = None if linear.bias is None else linear.bias.detach()
-        return PackedLinear(linear.weight.detach(), bias, keep_weight=False)
+        panels = float32_packing(decode_step=id(linear) in decode_step) == "panels"
+        return PackedLinear(linear.weight.detach(), bias, keep_weight=False, panels=panels)
     return replace_linears(module, packed)
 
 
@@ -162,4 +188,5 @@ def pack_float32_model(model: nn.Module) -> int:
     were packed (0 where no packing is available or SEQ2SEQ_ENGINE_PACKED_LINEAR=0)."""
     if not packed_linear_available():
         return 0
-    return int(pack_logits_head(model)) + pack_linears(model)
+    decode_step = decode_step_linears(model)
+    return int(pack_logits_head(model)) + pack_linears(model, decode_step)

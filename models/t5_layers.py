@@ -86,6 +86,8 @@ class T5SelfAttention(nn.Module):
 class T5CrossAttention(nn.Module):
     """Decoder-to-encoder attention: no position bias, unscaled scores; K/V projected only in prefill steps."""
 
+    encoder_row_linears = ("kv",)    # run over the encoder's rows, not once per decode step (packed_linear)
+
     def __init__(self, hf_config) -> None:
         super().__init__()
         self.inner_dim = hf_config.num_heads * hf_config.d_kv

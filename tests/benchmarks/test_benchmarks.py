@@ -144,6 +144,32 @@ def test_step_times_quick_reports_prefill_and_decode_steps():
     assert 0 < float(decode.group(2)) <= float(decode.group(1)) <= float(decode.group(3))
 
 
+def test_decode_step_quick_times_every_row_count_on_each_packing():
+    from seq2seq_engine.kernels.native_linear import panel_linear_available
+    stdout = run_script("decode_step.py")
+    assert re.search(r"### quick: one decode step's linears \((\d+) MB", stdout), stdout
+    lines = [line for line in stdout.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [line.split("|")[1].strip() for line in lines] == ["1", "9"]
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        onednn_ms, onednn_rate = float(cells[1]), float(cells[2])
+        assert onednn_ms > 0 and onednn_rate > 0
+        if panel_linear_available():
+            panels_ms = float(cells[3])
+            assert panels_ms > 0 and abs(float(cells[5]) - panels_ms / onednn_ms) < 0.01 + 0.01 * panels_ms / onednn_ms
+        else:
+            assert "panels skipped" in stdout and cells[-1] == ""
+
+
+def test_decode_step_shapes_are_a_whole_decoder_step():
+    """T5-base: 12 layers of self q/k/v, self out, cross q, cross out, gated wi, wo, then the 32128-token head."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from decode_step import step_shapes
+    shapes = step_shapes("t5")
+    assert len(shapes) == 12 * 6 + 1 and shapes[-1] == (768, 32128)
+    assert sum(k * n for k, n in shapes) * 4 == 12 * 4 * (768 * (2304 + 3 * 768 + 4096) + 2048 * 768) + 4 * 768 * 32128
+
+
 def test_matmul_floor_step_plan_packs_prompts_then_decodes_live_requests():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from matmul_floor import step_plan

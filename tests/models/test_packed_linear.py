@@ -4,11 +4,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hf_reference import build_tiny_model
+from t5_reference import build_tiny_t5
 from torch import nn
 
 from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear_available
 from seq2seq_engine.model_loader.loader import load_model
-from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, float32_packing,
+from seq2seq_engine.models.packed_linear import (ONEDNN_ACTIVATIONS, PackedLinear, decode_step_linears, float32_packing,
                                                  linear_then_activation, onednn_linear_available, pack_linears,
                                                  pack_logits_head, packed_linear_available)
 from seq2seq_engine.models.utils import get_activation
@@ -152,6 +153,7 @@ def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_
     copy kept) and computes what the unpacked layer computes."""
     model_dir, _ = build_tiny_model(arch, tmp_path)
     packed, _ = load_model(model_dir)
+    packing = {step: float32_packing(decode_step=step) for step in (False, True)}
     monkeypatch.setenv("SEQ2SEQ_ENGINE_PACKED_LINEAR", "0")     # the switch back to F.linear
     plain, _ = load_model(model_dir)
     assert not [name for name, m in packed.named_modules() if isinstance(m, nn.Linear)]
@@ -160,7 +162,28 @@ def test_load_model_packs_every_float32_linear_in_place_of_its_weight(arch, tmp_
     for name, linear in linears.items():
         layer = packed.get_submodule(name)
         assert isinstance(layer, PackedLinear) and layer.weight is None, name
-        assert layer.panels == (float32_packing() == "panels"), name
+        decode_step = arch != "llama" and "decoder" in name.split(".") and name.split(".")[-1] != "kv_proj"
+        assert layer.panels == (packing[decode_step] == "panels"), name
         assert layer.packed_weight.numel() == _packed_numel(layer, linear.weight), name
         x = _randn(5, 3, linear.in_features)
         torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["bart", "whisper", "t5", "llama"])
+def test_decode_step_linears_are_the_decoders_but_its_cross_attention_kv(arch, tmp_path, monkeypatch):
+    """The linears that run once per decode step: a decoder's self-attention, cross-attention query and output,
+    feed-forward; not the encoder's, not the cross-attention K/V projections (encoder rows); none in a
+    decoder-only model, whose layers also prefill long prompts."""
+    model_dir = build_tiny_t5("t5", tmp_path)[0] if arch == "t5" else build_tiny_model(arch, tmp_path)[0]
+    monkeypatch.setenv("SEQ2SEQ_ENGINE_PACKED_LINEAR", "0")
+    model, _ = load_model(model_dir)
+    found = decode_step_linears(model)
+    names = {name for name, m in model.named_modules() if id(m) in found}
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if arch == "llama":
+        assert not names
+        return
+    in_decoder = [name for name in linears if "decoder" in name.split(".")]
+    cross_kv = [name for name in in_decoder if name.split(".")[-1] in ("kv_proj", "kv")]
+    assert names == set(in_decoder) - set(cross_kv) and len(names) >= 8 and cross_kv
+    assert any(".encoder." in f".{name}." for name in linears)

@@ -1,6 +1,7 @@
-"""Which packing float32 linears get (models/packed_linear.py float32_packing): oneDNN on Intel CPUs, the panel
-kernel elsewhere where it built, SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn|0 forcing one or none; bad values and
-missing packings refused with the variable's name."""
+"""Which packing float32 linears get (models/packed_linear.py float32_packing): the panel kernel for decode-step
+linears where it built; for the others oneDNN on Intel CPUs and the panels elsewhere;
+SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn|0 forcing one or none for every layer; bad values and missing packings
+refused with the variable's name."""
 import pytest
 import torch
 
@@ -28,6 +29,24 @@ def test_the_default_follows_the_cpu_vendor(monkeypatch, vendor, expected):
     assert layer.panels == (expected == "panels")
     x = torch.randn(5, 24)
     torch.testing.assert_close(layer(x), x @ layer.weight.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not BOTH, reason="needs both the panel kernel and oneDNN")
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD", ""])
+def test_decode_step_linears_take_the_panels_on_every_vendor_unless_forced(monkeypatch, vendor):
+    _vendor(monkeypatch, vendor)
+    assert float32_packing(decode_step=True) == "panels"
+    monkeypatch.setenv(PACKED_LINEAR_ENV, "onednn")
+    assert float32_packing(decode_step=True) == "onednn"
+    monkeypatch.setenv(PACKED_LINEAR_ENV, "0")
+    assert float32_packing(decode_step=True) is None
+
+
+@pytest.mark.skipif(not onednn_linear_available(), reason="torch built without oneDNN")
+def test_decode_step_linears_take_onednn_where_the_panel_kernel_is_missing(monkeypatch):
+    monkeypatch.setattr(packed_linear, "panel_linear_available", lambda: False)
+    _vendor(monkeypatch, "AuthenticAMD")
+    assert float32_packing(decode_step=True) == "onednn"
 
 
 @pytest.mark.skipif(not onednn_linear_available(), reason="torch built without oneDNN")
