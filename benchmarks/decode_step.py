@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         print("| rows | " + " | ".join(f"{name} ms | {name} GB/s" for name in candidates) + " | panels / onednn |")
         print("|---|" + "---|---|" * len(candidates) + "---|")
         for count in rows:
-            cells = [f"{best[name, count] * 1e3:.2f} | {weight_bytes / best[name, count] / 1e9:.1f}"
+            cells = [f"{best[name, count] * 1e3:.3f} | {weight_bytes / best[name, count] / 1e9:.1f}"
                      for name in candidates]
             ratio = f"{best['panels', count] / best['onednn', count]:.2f}" if "panels" in candidates else ""
             print(f"| {count} | " + " | ".join(cells) + f" | {ratio} |", flush=True)
