@@ -10,9 +10,9 @@
  * and 16 FMAs per k); from there it is 6 rows x two adjacent panels (24 accumulators, four loads and 24 FMAs per k:
  * fewer loads per FMA, which an Intel Xeon needed to keep pace with oneDNN at 128+ rows, while 8 rows x one panel
  * streams better at decode sizes). While it works on one group of panels, a thread prefetches the next group into
- * L2 (PANEL_ROW_LINES lines per panel and k step, spread over the row tiles; at the end of a thread's range that is
- * the other thread's first group, one wasted group a call), so the memory stream of a decode step keeps many
- * requests in flight instead of waiting on each group's first tile.
+ * L2 (shared among the row tiles, spread evenly over each tile's k steps; at the end of a thread's range that is the
+ * other thread's first group, one wasted group a call), so the memory stream of a decode step keeps many requests
+ * in flight instead of waiting on each group's first tile.
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
@@ -33,6 +33,8 @@
 #include "tile_activation.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Outputs [rows x cols] (cols <= PANEL * panels, the panels `panel_stride` floats apart) for the rows of x starting
  * at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, spread evenly over the k steps. */
@@ -77,12 +79,11 @@ ALWAYS_INLINE void group_all_rows(const float *x, int64_t x_stride, int64_t num_
     const int64_t lines_per_tile = (next_lines + num_tiles - 1) / num_tiles;
     const int64_t panel_stride = k_size * PANEL;
     for (int64_t first = 0; first < num_rows; first += tile_rows) {
-        const int64_t rows = num_rows - first < tile_rows ? num_rows - first : tile_rows;
+        const int64_t rows = min64(num_rows - first, tile_rows);
         const float *x_rows = x + first * x_stride;
         float *out_rows = out + first * out_stride;
         const int64_t first_line = first / tile_rows * lines_per_tile;
-        const int64_t lines = first_line >= next_lines ? 0
-                              : (next_lines - first_line < lines_per_tile ? next_lines - first_line : lines_per_tile);
+        const int64_t lines = first_line >= next_lines ? 0 : min64(next_lines - first_line, lines_per_tile);
         const char *prefetch = (const char *)next + first_line * LINE_BYTES;
 #define TILE_CASE(n) \
     case n: \
@@ -92,7 +93,7 @@ ALWAYS_INLINE void group_all_rows(const float *x, int64_t x_stride, int64_t num_
         switch (rows) {
             TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7)
             default:
-                panel_tile(x_rows, x_stride, NARROW_TILE_ROWS, k_size, panel, panels, panel_stride, bias, out_rows,
+                panel_tile(x_rows, x_stride, tile_rows, k_size, panel, panels, panel_stride, bias, out_rows,
                            out_stride, cols, activation, prefetch, lines);
         }
 #undef TILE_CASE
@@ -110,8 +111,6 @@ static void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int6
         group_all_rows(x, x_stride, num_rows, k_size, panel, 1, NARROW_TILE_ROWS, bias, out, out_stride, cols,
                        activation, next, next_lines);
 }
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int panel_linear_supported(void) { return 1; }
 
