@@ -28,11 +28,15 @@ ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, c
     /* the run's rows are (sequence, head) sequence-major from `first`, like the bias rows */
     const float *bias = job->position_bias ? job->position_bias + run->first * job->num_heads * job->bias_len : NULL;
     const int64_t row_bytes = width * (bf16 ? 2 : 4);
+    /* The values pass reads the V rows next: fetching each with its K row overlaps the two streams. float32 rows
+     * only while the run's K and V rows both fit in L2: past that the K stream evicts the V rows before the
+     * values pass reads them and they come from memory twice; bfloat16 rows, widened as they are read, gain from
+     * the overlap at every length measured (decisions §71). */
+    const int64_t prefetch_end = bf16 || run->context * row_bytes <= job->v_prefetch_bytes ? row_bytes : 0;
     for (int64_t t = 0; t < run->context; t++) {
         const int64_t row_start = scratch->slots[t] * width;
-        /* the values pass reads this position's V row next: fetching it now overlaps the two streams */
         const char *v_row = (const char *)job->value_cache + row_start * (bf16 ? 2 : 4);
-        for (int64_t byte = 0; byte < row_bytes; byte += 64) _mm_prefetch(v_row + byte, _MM_HINT_T1);
+        for (int64_t byte = 0; byte < prefetch_end; byte += 64) _mm_prefetch(v_row + byte, _MM_HINT_T1);
         for (int64_t r = 0; r < run->rows; r++) {
             const int64_t k_start = row_start + scratch->kv_offsets[r];
             __m512 sum = _mm512_setzero_ps();

@@ -16,6 +16,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_L2_BYTES (1 << 20) /* where sysconf does not know the L2 size */
 
 enum { OK = 0, BAD_BLOCK = 1, NO_MEMORY = 2, OVER_CAPACITY = 3 };
 
@@ -28,6 +31,7 @@ typedef struct {
     int64_t *group_starts; /* [num_groups + 1], found by find_runs */
     const float *position_bias; /* NULL, or [num_seqs * num_heads, bias_len] */
     int64_t bias_len;
+    int64_t v_prefetch_bytes; /* a run's V rows are prefetched during its scores pass up to this size */
     float *out;
     float scale;
     int64_t num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks;
@@ -217,8 +221,10 @@ int paged_attention_f32(const float *query, const void *key_cache, const void *v
     int64_t *starts = malloc(sizeof(int64_t) * (num_seqs + 1));
     if (!starts) return NO_MEMORY;
     const int64_t num_groups = find_runs(block_tables, context_lens, num_seqs, max_blocks, block_size, starts);
-    Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, position_bias, bias_len, out,
-               scale, num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks,
+    const long l2_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    const int64_t v_prefetch_bytes = (l2_bytes > 0 ? l2_bytes : DEFAULT_L2_BYTES) / 2;
+    Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, position_bias, bias_len,
+               v_prefetch_bytes, out, scale, num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks,
                cache_is_bf16, 0, OK};
     if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;

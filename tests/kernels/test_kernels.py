@@ -104,6 +104,20 @@ def test_paged_attention_bfloat16(block_size, head_size, num_heads, num_kv_heads
     torch.testing.assert_close(out.float()[live], dense[live], atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_paged_attention_runs_larger_than_the_l2(dtype, tolerance):
+    """Runs whose V rows pass half of any L2 (4 KB rows x 1,100+ positions: 4.4 MB), where the native kernel stops
+    fetching float32 V rows during the scores, beside short runs that it still fetches them for."""
+    gen = _gen(23)
+    lens = [1_100, 3, 1_400, 40]
+    kc, vc, tables, _, _ = _build_paged(gen, lens, 16, 16, 64, dtype)
+    query = _randn(gen, len(lens), 16, 64, dtype=dtype)
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    out = paged_attention(query, kc, vc, tables, context_lens, 0.125)
+    expected = ref_paged_attention(query.float(), kc.float(), vc.float(), tables, context_lens, 0.125)
+    torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+
+
 @pytest.mark.parametrize("chunk_bytes", [1, 40_000])
 def test_paged_attention_chunked_matches_single_pass(monkeypatch, chunk_bytes):
     gen = _gen(11)
