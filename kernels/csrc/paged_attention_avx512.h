@@ -29,7 +29,7 @@ ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, c
     const float *bias = job->position_bias ? job->position_bias + run->first * job->num_heads * job->bias_len : NULL;
     const int64_t row_bytes = width * (bf16 ? 2 : 4);
     /* The values pass reads the V rows next: fetching each with its K row overlaps the two streams. float32 rows
-     * only while the run's K and V rows both fit in L2: past that the K stream evicts the V rows before the
+     * only while the run's K and V rows fit in half the L2: past that the K stream evicts V rows before the
      * values pass reads them and they come from memory twice; bfloat16 rows, widened as they are read, gain from
      * the overlap at every length measured (decisions §71). */
     const int64_t prefetch_end = bf16 || run->context * row_bytes <= job->v_prefetch_bytes ? row_bytes : 0;

@@ -222,10 +222,10 @@ int paged_attention_f32(const float *query, const void *key_cache, const void *v
     if (!starts) return NO_MEMORY;
     const int64_t num_groups = find_runs(block_tables, context_lens, num_seqs, max_blocks, block_size, starts);
     const long l2_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    const int64_t v_prefetch_bytes = (l2_bytes > 0 ? l2_bytes : DEFAULT_L2_BYTES) / 2;
+    const int64_t v_prefetch_bytes = (l2_bytes > 0 ? l2_bytes : DEFAULT_L2_BYTES) / 4;
     Job job = {query, key_cache, value_cache, block_tables, context_lens, starts, position_bias, bias_len,
-               v_prefetch_bytes, out, scale, num_groups, num_heads, num_kv_heads, head_size, block_size, max_blocks, num_blocks,
-               cache_is_bf16, 0, OK};
+               v_prefetch_bytes, out, scale, num_groups, num_heads, num_kv_heads, head_size, block_size,
+               max_blocks, num_blocks, cache_is_bf16, 0, OK};
     if (num_threads > num_groups) num_threads = (int)num_groups;
     if (num_threads < 1) num_threads = 1;
 #pragma omp parallel num_threads(num_threads)

@@ -1,5 +1,6 @@
 """Tests for the paged KV-cache kernels against loop references and dense attention."""
 import math
+import re
 
 import pytest
 import torch
@@ -106,8 +107,9 @@ def test_paged_attention_bfloat16(block_size, head_size, num_heads, num_kv_heads
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_paged_attention_runs_larger_than_the_l2(dtype, tolerance):
-    """Runs whose V rows pass half of any L2 (4 KB rows x 1,100+ positions: 4.4 MB), where the native kernel stops
-    fetching float32 V rows during the scores, beside short runs that it still fetches them for."""
+    """Runs whose V rows pass a quarter of any L2 up to 16 MB (4 KB rows x 1,100+ positions: 4.4 MB), where the
+    native kernel stops fetching float32 V rows during the scores, beside short runs that it still fetches them
+    for."""
     gen = _gen(23)
     lens = [1_100, 3, 1_400, 40]
     kc, vc, tables, _, _ = _build_paged(gen, lens, 16, 16, 64, dtype)
@@ -287,3 +289,16 @@ def test_native_kernel_reads_shared_cross_tables_once_per_run(monkeypatch):
     expected = ref_paged_attention(query, kc, vc, beam_tables, beam_lens, 0.125)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert torch.count_nonzero(out[7:]) == 0
+
+
+def test_kernel_benchmark_times_every_layer_and_the_read_floor(capsys):
+    from seq2seq_engine.kernels import benchmark
+
+    benchmark.main(["--batch", "2", "--context", "20", "--heads", "4", "--kv-heads", "2", "--layers", "3",
+                    "--repeats", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "'layers': 3" in lines[0]
+    for label, line in zip(["paged_attention", "read floor", "dense SDPA"], lines[1:]):
+        assert line.startswith(label)
+        best, median = map(float, re.search(r"best ([0-9.]+) ms, median ([0-9.]+) ms", line).groups())
+        assert 0 <= best <= median
