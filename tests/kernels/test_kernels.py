@@ -297,7 +297,7 @@ def test_kernel_benchmark_times_every_layer_and_the_read_floor(capsys):
     benchmark.main(["--batch", "2", "--context", "20", "--heads", "4", "--kv-heads", "2", "--layers", "3",
                     "--repeats", "2"])
     lines = capsys.readouterr().out.splitlines()
-    assert "'layers': 3" in lines[0]
+    assert len(lines) == 4 and "'layers': 3" in lines[0]
     for label, line in zip(["paged_attention", "read floor", "dense SDPA"], lines[1:]):
         assert line.startswith(label)
         best, median = map(float, re.search(r"best ([0-9.]+) ms, median ([0-9.]+) ms", line).groups())
