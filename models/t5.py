@@ -37,13 +37,15 @@ class T5Block(nn.Module):
         layers.append(T5LayerFF(hf_config))
         self.layer = nn.ModuleList(layers)
 
-    def forward(self, hidden_states: torch.Tensor, position_bias: StepPositionBias,
-                encoder_hidden_states: Optional[torch.Tensor],
-                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
-        hidden_states = self.layer[0](hidden_states, kv_cache, attn_metadata, position_bias)
+    def forward(self, hidden_states: torch.Tensor, residual: Optional[torch.Tensor],
+                position_bias: StepPositionBias, encoder_hidden_states: Optional[torch.Tensor],
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(feed-forward output, residual stream before it); ``residual`` is None for the first block."""
+        hidden_states, residual = self.layer[0](hidden_states, residual, kv_cache, attn_metadata, position_bias)
         if len(self.layer) == 3:
-            hidden_states = self.layer[1](hidden_states, encoder_hidden_states, kv_cache, attn_metadata)
-        return self.layer[-1](hidden_states)
+            hidden_states, residual = self.layer[1](hidden_states, residual, encoder_hidden_states, kv_cache,
+                                                    attn_metadata)
+        return self.layer[-1](hidden_states, residual)
 
 
 class T5Stack(nn.Module):
@@ -58,9 +60,11 @@ class T5Stack(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                 kv_caches: List[Optional[KVCache]], attn_metadata: AttentionMetadata) -> torch.Tensor:
+        residual = None
         for block, kv_cache, bias in zip(self.block, kv_caches, self.step_position_biases()):
-            hidden_states = block(hidden_states, bias, encoder_hidden_states, kv_cache, attn_metadata)
-        return self.final_layer_norm(hidden_states)
+            hidden_states, residual = block(hidden_states, residual, bias, encoder_hidden_states, kv_cache,
+                                            attn_metadata)
+        return self.final_layer_norm(hidden_states, residual)[0]
 
     def step_position_biases(self) -> List[StepPositionBias]:
         """Each block's position bias for one forward pass: the bucket indices are computed once for the stack,

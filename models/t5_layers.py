@@ -4,7 +4,7 @@ q/k/v (self) and k/v (cross) projections are fused as in encoder_decoder_utils."
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -18,17 +18,18 @@ from seq2seq_engine.models.utils import get_activation
 
 class T5LayerNorm(nn.Module):
     """Scale-only RMS norm (no mean subtraction, no bias), accumulated in float32 and cast back to the weight's
-    dtype, as HF's T5LayerNorm."""
+    dtype, as HF's T5LayerNorm, fused with the residual add before it (kernels/native_fused.py)."""
 
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        variance = hidden_states.float().pow(2).mean(-1, keepdim=True)
-        normed = (hidden_states * torch.rsqrt(variance + self.eps)).to(self.weight.dtype)
-        return self.weight * normed
+    def forward(self, hidden_states: torch.Tensor,
+                residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(normed, hidden_states + residual), or (normed, hidden_states) without a residual."""
+        normed, summed = fused_ops.rms_norm(hidden_states, self.weight, self.eps, residual)
+        return normed, hidden_states if summed is None else summed
 
 
 def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
@@ -141,14 +142,17 @@ class T5FeedForward(nn.Module):
 
 
 class T5LayerSelfAttention(nn.Module):
+    """Each sub-layer takes (output of the sub-layer before, residual stream before that output) and returns the
+    same pair: the residual add is fused into the next layer norm."""
+
     def __init__(self, hf_config, attn_type: AttentionType, has_bias: bool) -> None:
         super().__init__()
         self.SelfAttention = T5SelfAttention(hf_config, attn_type, has_bias)
         self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
 
-    def forward(self, hidden_states, kv_cache, attn_metadata, position_bias: StepPositionBias) -> torch.Tensor:
-        return hidden_states + self.SelfAttention(self.layer_norm(hidden_states), kv_cache, attn_metadata,
-                                                  position_bias)
+    def forward(self, hidden_states, residual, kv_cache, attn_metadata, position_bias: StepPositionBias):
+        normed, residual = self.layer_norm(hidden_states, residual)
+        return self.SelfAttention(normed, kv_cache, attn_metadata, position_bias), residual
 
 
 class T5LayerCrossAttention(nn.Module):
@@ -157,9 +161,9 @@ class T5LayerCrossAttention(nn.Module):
         self.EncDecAttention = T5CrossAttention(hf_config)
         self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
 
-    def forward(self, hidden_states, encoder_hidden_states, kv_cache, attn_metadata) -> torch.Tensor:
-        return hidden_states + self.EncDecAttention(self.layer_norm(hidden_states), encoder_hidden_states, kv_cache,
-                                                    attn_metadata)
+    def forward(self, hidden_states, residual, encoder_hidden_states, kv_cache, attn_metadata):
+        normed, residual = self.layer_norm(hidden_states, residual)
+        return self.EncDecAttention(normed, encoder_hidden_states, kv_cache, attn_metadata), residual
 
 
 class T5LayerFF(nn.Module):
@@ -168,5 +172,6 @@ class T5LayerFF(nn.Module):
         self.DenseReluDense = T5FeedForward(hf_config)
         self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return hidden_states + self.DenseReluDense(self.layer_norm(hidden_states))
+    def forward(self, hidden_states, residual):
+        normed, residual = self.layer_norm(hidden_states, residual)
+        return self.DenseReluDense(normed), residual

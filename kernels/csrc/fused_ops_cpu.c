@@ -42,23 +42,24 @@ static inline void store(void *base, int dtype, int64_t index, float value) {
 /* One row of rms_norm; `dtype` is a constant at each call site, so each dtype gets its own vectorised copy. */
 INLINE void rms_norm_row(const void *input, int64_t in_base, const void *residual, void *residual_out,
                          const void *weight, void *out, int64_t base, int64_t width, float eps, int dtype) {
-    float sum_squares = 0.0f;
+    /* summed in double: the mean is then (nearly) exact, as torch's pairwise float sum nearly is */
+    double sum_squares = 0.0;
     if (residual) {
         for (int64_t i = 0; i < width; i++) {
             const float x = round_to(dtype, load(input, dtype, in_base + i) + load(residual, dtype, base + i));
             store(residual_out, dtype, base + i, x);
-            sum_squares += x * x;
+            sum_squares += (double)x * x;
         }
         input = residual_out;
         in_base = base;
     } else {
         for (int64_t i = 0; i < width; i++) {
             const float x = load(input, dtype, in_base + i);
-            sum_squares += x * x;
+            sum_squares += (double)x * x;
         }
     }
     /* float ops as torch does them, in double so -ffast-math cannot swap in an approximate rsqrt */
-    const float variance = (float)((double)sum_squares / (double)width);
+    const float variance = (float)(sum_squares / (double)width);
     const float root = (float)sqrt((double)(variance + eps));
     const float inverse_rms = (float)(1.0 / (double)root);
     for (int64_t i = 0; i < width; i++) {

@@ -20,17 +20,25 @@ def test_relative_position_bucket_matches_hf(bidirectional, num_buckets, max_dis
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_layer_norm_matches_hf(dtype):
+@pytest.mark.parametrize("rows", [5, 300])    # 300 x 768 runs the native kernel on every thread
+def test_layer_norm_matches_hf_with_and_without_the_residual_add(dtype, rows):
     gen = torch.Generator().manual_seed(0)
-    ours, theirs = T5LayerNorm(24, 1e-6), HFT5LayerNorm(24, eps=1e-6)
+    width = 24 if rows == 5 else 768
+    ours, theirs = T5LayerNorm(width, 1e-6), HFT5LayerNorm(width, eps=1e-6)
     with torch.no_grad():
-        ours.weight.copy_(torch.randn(24, generator=gen))
+        ours.weight.copy_(torch.randn(width, generator=gen))
         theirs.weight.copy_(ours.weight)
     ours, theirs = ours.to(dtype), theirs.to(dtype)
-    hidden = (torch.randn(5, 24, generator=gen) * 30.0).to(dtype)
-    got, want = ours(hidden), theirs(hidden)
-    assert got.dtype == want.dtype == dtype
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    hidden = (torch.randn(rows, width, generator=gen) * 30.0).to(dtype)
+    residual = torch.randn(rows, width, generator=gen).to(dtype)
+    # the sum of squares is taken in another order than torch's, so the last bit may differ
+    tolerance = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=8e-3, atol=1e-5)
+    normed, passed = ours(hidden)
+    assert normed.dtype == dtype and passed is hidden
+    torch.testing.assert_close(normed, theirs(hidden), **tolerance)
+    normed, summed = ours(hidden, residual)
+    assert torch.equal(summed, hidden + residual)
+    torch.testing.assert_close(normed, theirs(hidden + residual), **tolerance)
 
 
 @pytest.mark.parametrize("proj,expected", [("relu", ("relu", False)), ("gated-gelu", ("gelu_new", True)),
