@@ -1,9 +1,12 @@
 """Paged KV-cache maintenance ops: write new tokens, copy blocks (copy-on-write), swap blocks between devices."""
 from __future__ import annotations
 
-from typing import Sequence
+import ctypes
+from typing import Optional, Sequence
 
 import torch
+
+from .native import load_library, tensor_ptr
 
 
 def reshape_and_cache(
@@ -18,11 +21,17 @@ def reshape_and_cache(
     Caches are ``[num_blocks, block_size, num_kv_heads, head_size]``; token ``i`` goes to slot
     ``slot_mapping[i]`` (block ``s // block_size``, offset ``s % block_size``). Negative slots are skipped
     (padding tokens). Values are cast to the cache dtype. Works for any cache strides (no flattened copy).
+    On CPU, with matching dtypes, contiguous caches and each token's heads contiguous, the rows are copied by
+    ``csrc/cache_write_cpu.c``; anything else takes the torch path.
     """
     if key.shape != value.shape or key.dim() != 3 or key.shape[0] != slot_mapping.shape[0]:
         raise ValueError(f"key {tuple(key.shape)} / value {tuple(value.shape)} / slots {tuple(slot_mapping.shape)}")
     if key.shape[1:] != key_cache.shape[2:] or key_cache.shape != value_cache.shape:
         raise ValueError(f"tokens {tuple(key.shape)} do not fit caches {tuple(key_cache.shape)}")
+    library = _native_writer(key, value, key_cache, value_cache, slot_mapping)
+    if library is not None:
+        _write_native(library, key, value, key_cache, value_cache, slot_mapping.to(torch.int64).contiguous())
+        return
     device = key_cache.device
     slots = slot_mapping.to(device=device, dtype=torch.int64)
     key = key.to(device=device, dtype=key_cache.dtype)
@@ -41,6 +50,34 @@ def reshape_and_cache(
     index = (torch.div(slots, block_size, rounding_mode="floor"), slots % block_size)
     key_cache.index_put_(index, key)
     value_cache.index_put_(index, value)
+
+
+def _native_writer(key, value, key_cache, value_cache, slot_mapping) -> Optional[ctypes.CDLL]:
+    """The native writer where it applies to these tensors, else None."""
+    tensors = (key, value, key_cache, value_cache, slot_mapping)
+    if any(t.device.type != "cpu" for t in tensors) or key.shape[0] == 0:
+        return None
+    if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype or key.dtype != value.dtype:
+        return None
+    if not (key_cache.is_contiguous() and value_cache.is_contiguous()) or slot_mapping.dim() != 1:
+        return None
+    head_size = key.shape[2]
+    if any(t.stride(2) != 1 or t.stride(1) != head_size for t in (key, value)):
+        return None
+    return load_library("cache_write_cpu")
+
+
+def _write_native(library, key, value, key_cache, value_cache, slots) -> None:
+    element = key.element_size()
+    row_bytes = key.shape[1] * key.shape[2] * element
+    num_slots = key_cache.shape[0] * key_cache.shape[1]
+    failed = library.write_kv_slots(
+        tensor_ptr(key), ctypes.c_int64(key.stride(0) * element), tensor_ptr(value),
+        ctypes.c_int64(value.stride(0) * element), tensor_ptr(key_cache), tensor_ptr(value_cache), tensor_ptr(slots),
+        ctypes.c_int64(key.shape[0]), ctypes.c_int64(row_bytes), ctypes.c_int64(num_slots),
+        ctypes.c_int(torch.get_num_threads()))
+    if failed:
+        raise ValueError(f"slot_mapping: slot {int(slots.max())} is past the cache's {num_slots} slots")
 
 
 def copy_blocks(

@@ -216,6 +216,49 @@ def test_reshape_and_cache_into_non_contiguous_caches(all_slots_valid):
     assert torch.equal(wide[0, ..., 16:], _randn(_gen(55), 2, 6, 8, 2, 32)[0, ..., 16:])  # nothing else written
 
 
+@pytest.mark.parametrize("native_on", ["1", "0"])
+@pytest.mark.parametrize("num_tokens", [7, 700])   # 700 rows of 2 KB: past 1 MiB, the native copy runs on threads
+def test_reshape_and_cache_from_views_of_a_fused_projection(monkeypatch, native_on, num_tokens):
+    """K and V as column slices of one [tokens, 3 * width] qkv output (rows strided), on both paths."""
+    monkeypatch.setenv(native.NATIVE_ENV, native_on)
+    native.load_library.cache_clear()
+    gen = _gen(num_tokens)
+    heads, head_size, block_size = 8, 64, 16
+    num_blocks = num_tokens // block_size + 4
+    shape = (num_blocks, block_size, heads, head_size)
+    key_cache, value_cache = _randn(gen, *shape), _randn(gen, *shape)
+    ref_key_cache, ref_value_cache = key_cache.clone(), value_cache.clone()
+    qkv = _randn(gen, num_tokens, 3 * heads * head_size)
+    _, key, value = (part.view(num_tokens, heads, head_size) for part in qkv.split(heads * head_size, dim=1))
+    assert key.stride(0) == 3 * heads * head_size
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
+    slots[::5] = -1
+    reshape_and_cache(key, value, key_cache, value_cache, slots.to(torch.int32))
+    ref_reshape_and_cache(key, value, ref_key_cache, ref_value_cache, slots)
+    native.load_library.cache_clear()
+    assert torch.equal(key_cache, ref_key_cache) and torch.equal(value_cache, ref_value_cache)
+
+
+def test_reshape_and_cache_rejects_a_slot_past_the_cache_and_writes_nothing():
+    gen = _gen(3)
+    key_cache, value_cache = _randn(gen, 4, 16, 2, 8), _randn(gen, 4, 16, 2, 8)
+    before = key_cache.clone()
+    key, value = _randn(gen, 3, 2, 8), _randn(gen, 3, 2, 8)
+    with pytest.raises(ValueError, match="slot_mapping: slot 64 is past the cache's 64 slots"):
+        reshape_and_cache(key, value, key_cache, value_cache, torch.tensor([5, 64, 2]))
+    assert torch.equal(key_cache, before)
+
+
+def test_reshape_and_cache_casts_to_the_cache_dtype():
+    gen = _gen(4)
+    key_cache = torch.zeros(4, 16, 2, 8, dtype=torch.bfloat16)
+    value_cache = torch.zeros_like(key_cache)
+    key, value = _randn(gen, 3, 2, 8), _randn(gen, 3, 2, 8)
+    reshape_and_cache(key, value, key_cache, value_cache, torch.tensor([5, 17, 2]))
+    assert torch.equal(key_cache[1, 1], key[1].to(torch.bfloat16))
+    assert torch.equal(value_cache[0, 2], value[2].to(torch.bfloat16))
+
+
 def test_reshape_and_cache_then_attend():
     gen = _gen(21)
     block_size, num_kv_heads, head_size, lens = 16, 2, 64, [20, 3, 40]
