@@ -10,8 +10,8 @@
 
 /* Returns 1 if a slot is at or past num_slots (and writes nothing), else 0. */
 int write_kv_slots(const char *key, int64_t key_stride, const char *value, int64_t value_stride,
-                       char *key_cache, char *value_cache, const int64_t *slots, int64_t tokens, int64_t row_bytes,
-                       int64_t num_slots, int num_threads) {
+                   char *key_cache, char *value_cache, const int64_t *slots, int64_t tokens, int64_t row_bytes,
+                   int64_t num_slots, int num_threads) {
     for (int64_t token = 0; token < tokens; token++)
         if (slots[token] >= num_slots) return 1;
 #pragma omp parallel for num_threads(num_threads) if (tokens * row_bytes >= PARALLEL_MIN_BYTES) schedule(static)
