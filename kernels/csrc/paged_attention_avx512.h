@@ -4,6 +4,8 @@
  * values_pass: tiles of up to 4 query rows x 64 output floats accumulate in 16 registers over every cached
  * position, then are divided by their softmax sums and stored once. (The portable loop adds each position's
  * weighted row into the output in memory: every add waits for the previous store of the same row.)
+ * Many query rows over one long kv head (T5's cross-attention over the encoder states: 12 rows x 768 floats) take
+ * shared tiles instead: scores of 4 rows x 4 positions and values of 6 rows, each K/V load feeding every row.
  */
 #include <immintrin.h>
 
@@ -20,6 +22,24 @@ ALWAYS_INLINE __m512 load_lanes(const void *cache, int64_t index, __mmask16 mask
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
     }
     return _mm512_maskz_loadu_ps(mask, (const float *)cache + index);
+}
+
+/* Rows of a grouped-query run that share a kv head take the shared tiles below when a head is at least this long;
+ * with short heads the per-row loops already keep enough independent sums in flight. */
+#define SHARED_MIN_HEAD_SIZE 256
+
+/* The unbiased, scaled score of query row `r` (at `q_row`) against the run's position `t`. */
+ALWAYS_INLINE float row_score(const Job *job, const Scratch *scratch, const float *q_row, int64_t r, int64_t t,
+                              const int bf16) {
+    const int64_t d = job->head_size;
+    const int64_t k_start = scratch->slots[t] * job->num_kv_heads * d + scratch->kv_offsets[r];
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+        const __mmask16 mask = lanes(d - i);
+        const __m512 key = load_lanes(job->key_cache, k_start + i, mask, bf16);
+        sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q_row + i), key, sum);
+    }
+    return _mm512_reduce_add_ps(sum) * job->scale;
 }
 
 ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, const int bf16) {
@@ -51,11 +71,93 @@ ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, c
     }
 }
 
+/* Whether the `count` rows from `first_row` read the same kv head (grouped-query rows of one sequence). */
+ALWAYS_INLINE int share_kv_head(const Scratch *scratch, int64_t first_row, int64_t count, int64_t rows) {
+    if (first_row + count > rows) return 0;
+    for (int64_t k = 1; k < count; k++)
+        if (scratch->kv_offsets[first_row + k] != scratch->kv_offsets[first_row]) return 0;
+    return 1;
+}
+
+/* The lane sums of four registers, in order: pairs interleaved and added, then the 128-bit quarters added. */
+ALWAYS_INLINE __m128 sum_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)); /* a0 b0 a1 b1 per quarter */
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
+    const __m256 halves = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1));
+}
+
+/* Scores of SCORE_ROWS rows reading one kv head against SCORE_POSITIONS positions from `t`: 16 independent sums,
+ * so a long row (a head of hundreds of floats) is not one chain of dependent adds, and each K or query load feeds
+ * four products. (Six rows spilled the sums to the stack every step.) The next tile's K rows are prefetched beside
+ * this tile's loads: no hardware prefetcher follows rows a block's stride apart. */
+#define SCORE_ROWS 4
+#define SCORE_POSITIONS 4 /* sum_of_four reduces a row of the tile */
+ALWAYS_INLINE void shared_scores_tile(const Job *job, const Run *run, Scratch *scratch, const float *q,
+                                      int64_t first_row, int64_t t, const int bf16) {
+    const int64_t d = job->head_size, width = job->num_kv_heads * d, offset = scratch->kv_offsets[first_row];
+    const int64_t element_bytes = bf16 ? 2 : 4;
+    const int prefetch = t + 2 * SCORE_POSITIONS <= run->context;
+    int64_t k_start[SCORE_POSITIONS];
+    const char *next[SCORE_POSITIONS];
+    for (int j = 0; j < SCORE_POSITIONS; j++) {
+        k_start[j] = scratch->slots[t + j] * width + offset;
+        next[j] = (const char *)job->key_cache +
+                  (prefetch ? scratch->slots[t + SCORE_POSITIONS + j] * width + offset : 0) * element_bytes;
+    }
+    __m512 sum[SCORE_ROWS][SCORE_POSITIONS];
+    for (int r = 0; r < SCORE_ROWS; r++)
+        for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_setzero_ps();
+    const float *rows = q + first_row * d;
+    for (int64_t i = 0; i < d; i += 16) {
+        const __mmask16 mask = lanes(d - i);
+        if (prefetch)
+#pragma GCC unroll 8
+            for (int j = 0; j < SCORE_POSITIONS; j++) _mm_prefetch(next[j] + i * element_bytes, _MM_HINT_T0);
+        __m512 k[SCORE_POSITIONS];
+#pragma GCC unroll 8
+        for (int j = 0; j < SCORE_POSITIONS; j++) k[j] = load_lanes(job->key_cache, k_start[j] + i, mask, bf16);
+#pragma GCC unroll 8
+        for (int r = 0; r < SCORE_ROWS; r++) {
+            const __m512 query = _mm512_maskz_loadu_ps(mask, rows + r * d + i);
+#pragma GCC unroll 8
+            for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_fmadd_ps(query, k[j], sum[r][j]);
+        }
+    }
+    const __m128 scale = _mm_set1_ps(job->scale);
+    for (int r = 0; r < SCORE_ROWS; r++)
+        _mm_storeu_ps(scratch->scores + (first_row + r) * run->context + t,
+                      _mm_mul_ps(sum_of_four(sum[r][0], sum[r][1], sum[r][2], sum[r][3]), scale));
+}
+
+/* The scores of grouped rows without a position bias: shared tiles where SCORE_ROWS rows read one kv head, every
+ * other score (row and position tails, rows of two kv heads) one at a time. */
+ALWAYS_INLINE int shared_scores_of(const Job *job, const Run *run, Scratch *scratch, const int bf16) {
+    if (job->position_bias || job->head_size < SHARED_MIN_HEAD_SIZE ||
+        !share_kv_head(scratch, 0, SCORE_ROWS, run->rows))
+        return 0;
+    const float *q = job->query + run->first * job->num_heads * job->head_size;
+    const int64_t full_t = run->context - run->context % SCORE_POSITIONS;
+    for (int64_t first_row = 0; first_row < run->rows; first_row += SCORE_ROWS) {
+        const int shared = share_kv_head(scratch, first_row, SCORE_ROWS, run->rows);
+        const int64_t rows = run->rows - first_row < SCORE_ROWS ? run->rows - first_row : SCORE_ROWS;
+        for (int64_t t = shared ? full_t : 0; t < run->context; t++)
+            for (int64_t r = first_row; r < first_row + rows; r++)
+                scratch->scores[r * run->context + t] =
+                    row_score(job, scratch, q + r * job->head_size, r, t, bf16);
+        for (int64_t t = 0; shared && t < full_t; t += SCORE_POSITIONS)
+            shared_scores_tile(job, run, scratch, q, first_row, t, bf16);
+    }
+    return 1;
+}
+
 static void scores_pass(const Job *job, const Run *run, Scratch *scratch) {
-    if (job->cache_is_bf16)
-        scores_of(job, run, scratch, 1);
-    else
+    if (job->cache_is_bf16) {
+        if (!shared_scores_of(job, run, scratch, 1)) scores_of(job, run, scratch, 1);
+    } else if (!shared_scores_of(job, run, scratch, 0)) {
         scores_of(job, run, scratch, 0);
+    }
 }
 
 /* out[rows x 64 floats from `column`] of `rows` query rows from `first_row`, normalised by their sums. */
@@ -86,8 +188,53 @@ ALWAYS_INLINE void values_tile(const Job *job, const Run *run, const Scratch *sc
     }
 }
 
+/* out[SHARED_VALUE_ROWS rows reading one kv head x 64 floats from `column`]: each V load feeds six rows, whose
+ * 24 sums stay in registers over every position. */
+#define SHARED_VALUE_ROWS 6
+#define VALUE_PREFETCH_ROWS 16
+ALWAYS_INLINE void shared_values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
+                                      int64_t column, const int bf16) {
+    const int64_t d = job->head_size, width = job->num_kv_heads * d, context = run->context;
+    const int64_t offset = scratch->kv_offsets[first_row] + column;
+    __mmask16 mask[4];
+    for (int j = 0; j < 4; j++) mask[j] = lanes(d - column - 16 * j);
+    __m512 sum[SHARED_VALUE_ROWS][4];
+    for (int k = 0; k < SHARED_VALUE_ROWS; k++)
+        for (int j = 0; j < 4; j++) sum[k][j] = _mm512_setzero_ps();
+    const float *probs = scratch->scores + first_row * context;
+    const int64_t element_bytes = bf16 ? 2 : 4;
+    for (int64_t t = 0; t < context; t++) {
+        const int64_t row_start = scratch->slots[t] * width + offset;
+        /* the rows are a block's stride apart: no hardware prefetcher follows them */
+        if (t + VALUE_PREFETCH_ROWS < context) {
+            const char *ahead = (const char *)job->value_cache +
+                                (scratch->slots[t + VALUE_PREFETCH_ROWS] * width + offset) * element_bytes;
+            for (int j = 0; j < 4; j++) _mm_prefetch(ahead + 16 * j * element_bytes, _MM_HINT_T0);
+        }
+        __m512 v[4];
+        for (int j = 0; j < 4; j++) v[j] = load_lanes(job->value_cache, row_start + 16 * j, mask[j], bf16);
+        for (int k = 0; k < SHARED_VALUE_ROWS; k++) {
+            const __m512 p = _mm512_set1_ps(probs[k * context + t]);
+            for (int j = 0; j < 4; j++) sum[k][j] = _mm512_fmadd_ps(p, v[j], sum[k][j]);
+        }
+    }
+    float *out = job->out + (run->first * job->num_heads + first_row) * d + column;
+    for (int k = 0; k < SHARED_VALUE_ROWS; k++) {
+        const __m512 inverse = _mm512_set1_ps(1.0f / scratch->sums[first_row + k]);
+        for (int j = 0; j < 4; j++)
+            _mm512_mask_storeu_ps(out + k * d + 16 * j, mask[j], _mm512_mul_ps(sum[k][j], inverse));
+    }
+}
+
 ALWAYS_INLINE void values_of(const Job *job, const Run *run, const Scratch *scratch, const int bf16) {
-    for (int64_t first_row = 0; first_row < run->rows; first_row += TILE_ROWS) {
+    int64_t first_row = 0;
+    while (job->head_size >= SHARED_MIN_HEAD_SIZE &&
+           share_kv_head(scratch, first_row, SHARED_VALUE_ROWS, run->rows)) {
+        for (int64_t column = 0; column < job->head_size; column += TILE_WIDTH)
+            shared_values_tile(job, run, scratch, first_row, column, bf16);
+        first_row += SHARED_VALUE_ROWS;
+    }
+    for (; first_row < run->rows; first_row += TILE_ROWS) {
         const int64_t rows = run->rows - first_row < TILE_ROWS ? run->rows - first_row : TILE_ROWS;
         for (int64_t column = 0; column < job->head_size; column += TILE_WIDTH) {
             switch (rows) {

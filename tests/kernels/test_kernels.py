@@ -120,6 +120,27 @@ def test_paged_attention_runs_larger_than_the_l2(dtype, tolerance):
     torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_size", [(12, 1, 768), (13, 1, 260), (12, 2, 256), (7, 1, 300)])
+def test_paged_attention_long_heads_shared_by_many_rows(num_heads, num_kv_heads, head_size, dtype, tolerance,
+                                                        kernel_path):
+    """Many query heads over one long kv head (T5's cross-attention over encoder states: 12 x 768): the native
+    kernel's shared tiles (scores of 4 rows x 4 positions, values of 6 rows), rows of two kv heads inside one
+    tile, row, position and lane tails, and contexts past its prefetch distances."""
+    gen = _gen(num_heads * 1000 + head_size)
+    lens = [1, 3, 4, 5, 17, 0, 40, 70]
+    kc, vc, tables, keys, values = _build_paged(gen, lens, 16, num_kv_heads, head_size, dtype)
+    query = _randn(gen, len(lens), num_heads, head_size, dtype=dtype)
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    out = paged_attention(query, kc, vc, tables, context_lens, head_size ** -0.5)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    expected = ref_paged_attention(query.float(), kc.float(), vc.float(), tables, context_lens, head_size ** -0.5)
+    torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+    live = [i for i, n in enumerate(lens) if n > 0]
+    dense = _dense_sdpa(query, keys, values, lens, head_size ** -0.5)
+    torch.testing.assert_close(out.float()[live], dense[live], atol=tolerance, rtol=tolerance)
+
+
 @pytest.mark.parametrize("chunk_bytes", [1, 40_000])
 def test_paged_attention_chunked_matches_single_pass(monkeypatch, chunk_bytes):
     gen = _gen(11)
