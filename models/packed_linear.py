@@ -168,14 +168,24 @@ def pack_logits_head(model: nn.Module) -> bool:
     return True
 
 
+def float_weight_linears(model: nn.Module) -> Set[int]:
+    """ids of the linears whose plain weight the model reads itself, so they stay nn.Linear: the children a module
+    names in ``float_weight_linears`` (T5's K/V projections, which attend to the encoder states through their
+    weights instead of running)."""
+    return {id(child) for module in model.modules() for child_name, child in module.named_children()
+            if child_name in getattr(module, "float_weight_linears", ())}
+
+
 def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None) -> int:
-    """Replace every float32 CPU nn.Linear inside `module` by a PackedLinear without the plain weight (the packed
-    copy takes its place, so memory stays the same), in place; returns how many were replaced. The linears whose
+    """Replace every float32 CPU nn.Linear inside `module` but the float_weight_linears by a PackedLinear without
+    the plain weight (the packed copy takes its place, so memory stays the same), in place; returns how many were
+    replaced. The linears whose
     ids are in `decode_step` get the decode-step packing."""
     decode_step = decode_step or set()
+    kept = float_weight_linears(module)
 
     def packed(linear: nn.Linear) -> Optional[PackedLinear]:
-        if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
+        if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu" or id(linear) in kept:
             return None
         bias = None if linear.bias is None else linear.bias.detach()
         panels = float32_packing(decode_step=id(linear) in decode_step) == "panels"

@@ -18,6 +18,7 @@ from torch import nn
 
 from seq2seq_engine.attention import AttentionMetadata, AttentionType
 from seq2seq_engine.attention.position_bias import StepPositionBias, StepRelativeBuckets
+from seq2seq_engine.kernels import reshape_and_cache
 from seq2seq_engine.models.encoder_decoder_utils import EncoderDecoderForGeneration, KVCache, load_hf_weights
 from seq2seq_engine.models.t5_layers import T5LayerCrossAttention, T5LayerFF, T5LayerNorm, T5LayerSelfAttention
 
@@ -39,12 +40,13 @@ class T5Block(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, residual: Optional[torch.Tensor],
                 position_bias: StepPositionBias, encoder_hidden_states: Optional[torch.Tensor],
-                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> Tuple[torch.Tensor, torch.Tensor]:
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
+                state_cache: Optional[KVCache] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """(feed-forward output, residual stream before it); ``residual`` is None for the first block."""
         hidden_states, residual = self.layer[0](hidden_states, residual, kv_cache, attn_metadata, position_bias)
         if len(self.layer) == 3:
             hidden_states, residual = self.layer[1](hidden_states, residual, encoder_hidden_states, kv_cache,
-                                                    attn_metadata)
+                                                    attn_metadata, state_cache)
         return self.layer[-1](hidden_states, residual)
 
 
@@ -54,6 +56,7 @@ class T5Stack(nn.Module):
     def __init__(self, hf_config, is_decoder: bool, num_layers: int, bias_per_layer: bool) -> None:
         super().__init__()
         self.bias_per_layer = bias_per_layer
+        self.is_decoder = is_decoder
         self.block = nn.ModuleList([T5Block(hf_config, is_decoder, has_bias=bias_per_layer or index == 0)
                                     for index in range(num_layers)])
         self.final_layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
@@ -61,10 +64,31 @@ class T5Stack(nn.Module):
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                 kv_caches: List[Optional[KVCache]], attn_metadata: AttentionMetadata) -> torch.Tensor:
         residual = None
+        state_cache = self.encoder_state_cache(encoder_hidden_states, kv_caches, attn_metadata)
         for block, kv_cache, bias in zip(self.block, kv_caches, self.step_position_biases()):
             hidden_states, residual = block(hidden_states, residual, bias, encoder_hidden_states, kv_cache,
-                                            attn_metadata)
+                                            attn_metadata, state_cache)
         return self.final_layer_norm(hidden_states, residual)[0]
+
+    def encoder_state_cache(self, encoder_hidden_states: Optional[torch.Tensor],
+                            kv_caches: List[Optional[KVCache]], attn_metadata: AttentionMetadata
+                            ) -> Optional[KVCache]:
+        """The decoder's encoder-state cache: the first layer's K cache viewed as one d_model row per slot, its
+        cross slots holding every request's encoder states (written here, in the step that ran the encoder),
+        read by every layer's cross-attention (T5CrossAttention). None where cross-attention keeps K/V per layer:
+        the encoder stack, no cache (a profiling run), a non-contiguous cache, or a layer that cannot."""
+        if not self.is_decoder or not kv_caches or kv_caches[0] is None:
+            return None
+        cross = self.block[0].layer[1].EncDecAttention
+        key_cache = kv_caches[0][0]
+        if not cross.attends_encoder_states() or not key_cache.is_contiguous():
+            return None
+        states = key_cache.view(*key_cache.shape[:2], 1, cross.d_model)
+        if encoder_hidden_states is not None:
+            rows = encoder_hidden_states.view(-1, 1, cross.d_model)
+            # the one row goes in as both "key" and "value": the two writes land on the same slots
+            reshape_and_cache(rows, rows, states, states, attn_metadata.cross.cross_slot_mapping)
+        return states, states
 
     def step_position_biases(self) -> List[StepPositionBias]:
         """Each block's position bias for one forward pass: the bucket indices are computed once for the stack,

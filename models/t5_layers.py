@@ -85,24 +85,58 @@ class T5SelfAttention(nn.Module):
 
 
 class T5CrossAttention(nn.Module):
-    """Decoder-to-encoder attention: no position bias, unscaled scores; K/V projected only in prefill steps."""
+    """Decoder-to-encoder attention: no position bias, unscaled scores.
+
+    Given ``state_cache`` (the encoder states' paged rows, written once for every layer: see T5Stack), it attends
+    to the encoder states themselves: each head's query is mapped through its K projection (``q_h W_k,h``, one
+    d_model row per head), its scores are dot products with the encoder states, and the weighted sum of encoder
+    states is mapped through its V projection afterwards. That is the same attention, reassociated, with no K/V
+    projected in prefill and one d_model row read per encoder token instead of a K and a V row in every layer
+    (decisions §73). Without it, K/V are projected in prefill steps and kept in this layer's cross blocks."""
 
     encoder_row_linears = ("kv",)    # run over the encoder's rows, not once per decode step (packed_linear)
 
     def __init__(self, hf_config) -> None:
         super().__init__()
+        self.num_heads, self.d_kv, self.d_model = hf_config.num_heads, hf_config.d_kv, hf_config.d_model
         self.inner_dim = hf_config.num_heads * hf_config.d_kv
         self.q = nn.Linear(hf_config.d_model, self.inner_dim, bias=False)
         self.kv = FusedLinear(hf_config.d_model, self.inner_dim, ("k", "v"), bias=False)
         self.o = nn.Linear(self.inner_dim, hf_config.d_model, bias=False)
         self.attn = Attention(hf_config.num_heads, hf_config.d_kv, 1.0, attn_type=AttentionType.ENCODER_DECODER)
+        self.state_attn = Attention(hf_config.num_heads, hf_config.d_model, 1.0, num_kv_heads=1,
+                                    attn_type=AttentionType.ENCODER_DECODER)
+        # attending to the encoder states reads kv's weight: float32 packing must leave it a plain linear
+        self.float_weight_linears = ("kv",) if self.d_model == self.inner_dim else ()
+
+    def attends_encoder_states(self) -> bool:
+        """Whether this layer can attend to the encoder states: its K/V projection is a float linear (not int8)
+        and an encoder state fits a K cache row exactly (d_model == num_heads * d_kv, as in every released T5
+        but T5-11B and mT5-small)."""
+        return (self.d_model == self.inner_dim and isinstance(self.kv, nn.Linear)
+                and self.kv.weight.dtype in (torch.float32, torch.bfloat16))
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
-                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
+                kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
+                state_cache: Optional[KVCache] = None) -> torch.Tensor:
+        if state_cache is not None:
+            return self.o(self._attend_states(self.q(hidden_states), encoder_hidden_states, state_cache,
+                                              attn_metadata))
         k = v = None
         if encoder_hidden_states is not None:
             k, v = self.kv(encoder_hidden_states).split(self.inner_dim, dim=-1)
         return self.o(self.attn(self.q(hidden_states), k, v, kv_cache, attn_metadata))
+
+    def _attend_states(self, query: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
+                       state_cache: KVCache, attn_metadata: AttentionMetadata) -> torch.Tensor:
+        """[num_tokens, inner_dim] attention output computed over the encoder states."""
+        key_weight, value_weight = self.kv.weight.view(2, self.num_heads, self.d_kv, self.d_model).to(query.dtype)
+        heads_first = query.view(-1, self.num_heads, self.d_kv).transpose(0, 1)
+        state_query = torch.bmm(heads_first, key_weight).transpose(0, 1).contiguous()    # [tokens, heads, d_model]
+        context = self.state_attn.attend_cached(state_query, encoder_hidden_states, encoder_hidden_states,
+                                                state_cache, attn_metadata)
+        context = context.view(-1, self.num_heads, self.d_model).transpose(0, 1)
+        return torch.bmm(context, value_weight.transpose(1, 2)).transpose(0, 1).reshape(-1, self.inner_dim)
 
 
 def feed_forward_activation(hf_config):
@@ -161,9 +195,9 @@ class T5LayerCrossAttention(nn.Module):
         self.EncDecAttention = T5CrossAttention(hf_config)
         self.layer_norm = T5LayerNorm(hf_config.d_model, hf_config.layer_norm_epsilon)
 
-    def forward(self, hidden_states, residual, encoder_hidden_states, kv_cache, attn_metadata):
+    def forward(self, hidden_states, residual, encoder_hidden_states, kv_cache, attn_metadata, state_cache=None):
         normed, residual = self.layer_norm(hidden_states, residual)
-        return self.EncDecAttention(normed, encoder_hidden_states, kv_cache, attn_metadata), residual
+        return self.EncDecAttention(normed, encoder_hidden_states, kv_cache, attn_metadata, state_cache), residual
 
 
 class T5LayerFF(nn.Module):

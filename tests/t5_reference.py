@@ -1,5 +1,7 @@
 """Tiny random T5-family checkpoints (T5 v1.0, T5 v1.1, mT5, UMT5) saved with `save_pretrained`, in unusual shapes:
-odd head sizes, num_heads * d_kv != d_model, few buckets, a short max_distance, more decoder than encoder layers."""
+odd head sizes, num_heads * d_kv != d_model, few buckets, a short max_distance, more decoder than encoder layers;
+one (flan-t5) keeps the released models' d_model == num_heads * d_kv, where cross-attention reads the encoder
+states themselves."""
 from typing import Tuple
 
 import safetensors.torch
@@ -22,6 +24,10 @@ VARIANTS = {
     "mt5": (transformers.MT5Config, transformers.MT5ForConditionalGeneration,
             dict(d_model=32, d_kv=12, d_ff=48, num_heads=4, relative_attention_num_buckets=10,
                  feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
+    # Flan-T5's geometry: 3 heads x 16 = 48 = d_model, so cross-attention attends to the encoder states
+    "flan-t5": (transformers.T5Config, transformers.T5ForConditionalGeneration,
+                dict(d_model=48, d_kv=16, d_ff=40, num_heads=3, relative_attention_num_buckets=6,
+                     feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
     # UMT5: one bias table per block
     "umt5": (transformers.UMT5Config, transformers.UMT5ForConditionalGeneration,
              dict(d_model=40, d_kv=12, d_ff=48, num_heads=4, relative_attention_num_buckets=8,

@@ -47,3 +47,17 @@ class Attention(nn.Module):
         output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale,
                                  position_bias=position_bias)
         return output.view(-1, self.num_heads * self.head_size)
+
+    def attend_cached(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
+                      kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
+        """ENCODER_DECODER attention over cross blocks the model wrote itself (T5's encoder states, written once
+        for every layer): like forward, without writing ``key``/``value`` into ``kv_cache``."""
+        if self.attn_type != AttentionType.ENCODER_DECODER:
+            raise ValueError(f"attend_cached is for ENCODER_DECODER layers, not {self.attn_type}")
+        backend = self.backend or select_backend(query.device)
+        query = query.view(-1, self.num_heads, self.head_size)
+        if key is not None:
+            key = key.view(-1, self.num_kv_heads, self.head_size)
+            value = value.view(-1, self.num_kv_heads, self.head_size)
+        output = backend.cached_cross(query, key, value, kv_cache, attn_metadata, self.scale)
+        return output.view(-1, self.num_heads * self.head_size)

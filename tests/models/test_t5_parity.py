@@ -73,7 +73,8 @@ def _llm(model_dir, dtype="float32", **engine_kwargs):
 
 
 @pytest.mark.parametrize("variant,engine", [(v, "roomy") for v in VARIANTS]
-                         + [("t5-v1.1", "recompute"), ("umt5", "swap"), ("t5", "swap"), ("umt5", "torch-kernels")])
+                         + [("t5-v1.1", "recompute"), ("umt5", "swap"), ("t5", "swap"), ("umt5", "torch-kernels"),
+                            ("flan-t5", "recompute"), ("flan-t5", "swap"), ("flan-t5", "torch-kernels")])
 def test_greedy_matches_hf(variant, engine, checkpoints, greedy_references, monkeypatch, request):
     model_dir, _ = checkpoints(variant)
     if engine == "torch-kernels":
@@ -97,7 +98,8 @@ def test_greedy_matches_hf(variant, engine, checkpoints, greedy_references, monk
         assert scheduler.num_cumulative_preemption > 0
 
 
-@pytest.mark.parametrize("variant,engine", [("t5", "roomy"), ("umt5", "roomy"), ("t5-v1.1", "swap")])
+@pytest.mark.parametrize("variant,engine", [("t5", "roomy"), ("umt5", "roomy"), ("t5-v1.1", "swap"),
+                                            ("flan-t5", "swap")])
 def test_best_beam_matches_hf_generate(variant, engine, checkpoints):
     model_dir, hf_model = checkpoints(variant)
     requests = _requests(seed=2)[:5]
@@ -115,8 +117,32 @@ def test_best_beam_matches_hf_generate(variant, engine, checkpoints):
     assert (llm.llm_engine.scheduler.num_cumulative_preemption > 0) == (engine == "swap")
 
 
-def test_bfloat16_runs_and_agrees_with_hf_in_bfloat16(checkpoints):
-    model_dir, hf_model = checkpoints("t5-v1.1")
+@pytest.mark.parametrize("variant,reads_states", [("flan-t5", True), ("t5-v1.1", False), ("mt5", False)])
+def test_cross_attention_reads_encoder_states_where_they_fit_a_cache_row(variant, reads_states, checkpoints,
+                                                                         monkeypatch):
+    """Where d_model == num_heads * d_kv no layer projects cross K/V: every layer reads the encoder states, cached
+    once (in the first layer's K blocks); elsewhere each layer projects and caches its own K/V."""
+    model_dir, _ = checkpoints(variant)
+    llm = _llm(model_dir)
+    decoder = llm.llm_engine.model_runner.model.decoder
+    projections = []
+    for block in decoder.block:
+        cross = block.layer[1].EncDecAttention
+        assert cross.attends_encoder_states() == reads_states
+
+        def counted(rows, project=cross.kv.forward):
+            projections.append(rows.shape)
+            return project(rows)
+        monkeypatch.setattr(cross.kv, "forward", counted)
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    outputs = llm.generate([prompt for prompt, _, _ in _requests(seed=4)], params, use_tqdm=False)
+    assert all(len(output.outputs[0].token_ids) == 4 for output in outputs)
+    assert bool(projections) != reads_states
+
+
+@pytest.mark.parametrize("variant", ["t5-v1.1", "flan-t5"])
+def test_bfloat16_runs_and_agrees_with_hf_in_bfloat16(variant, checkpoints):
+    model_dir, hf_model = checkpoints(variant)
     hf_bfloat16 = copy.deepcopy(hf_model).to(torch.bfloat16)
     requests = _requests(seed=3)
     llm = _llm(model_dir, dtype="bfloat16")

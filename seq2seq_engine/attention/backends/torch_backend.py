@@ -111,9 +111,14 @@ class TorchAttentionBackend:
                                         metadata, scale, position_bias)
 
     def _cross(self, query, key, value, kv_cache, metadata, scale):
-        cross_md = metadata.cross
         if key is not None and kv_cache is not None:
-            reshape_and_cache(key, value, kv_cache[0], kv_cache[1], cross_md.cross_slot_mapping)
+            reshape_and_cache(key, value, kv_cache[0], kv_cache[1], metadata.cross.cross_slot_mapping)
+        return self.cached_cross(query, key, value, kv_cache, metadata, scale)
+
+    def cached_cross(self, query, key, value, kv_cache, metadata, scale):
+        """Cross-attention whose cross blocks the model already wrote: prefill tokens attend to ``key``/``value``
+        (this step's encoder rows), decode tokens read ``kv_cache`` through the cross block tables."""
+        cross_md = metadata.cross
         decode = (cross_md.decode_block_tables, cross_md.decode_encoder_lens, cross_md.max_decode_encoder_len)
         return self._prefill_and_decode(query, key, value, cross_md.prefill_bias, kv_cache, decode, metadata, scale)
 
