@@ -110,11 +110,11 @@ class T5CrossAttention(nn.Module):
         self.float_weight_linears = ("kv",) if self.d_model == self.inner_dim else ()
 
     def attends_encoder_states(self) -> bool:
-        """Whether this layer can attend to the encoder states: its K/V projection is a float linear (not int8)
-        and an encoder state fits a K cache row exactly (d_model == num_heads * d_kv, as in every released T5
-        but T5-11B and mT5-small)."""
+        """Whether this layer attends to the encoder states: its K/V projection is a float32 linear (bfloat16
+        measured slower that way, int8 keeps its quantised projection) and an encoder state fits a K cache row
+        exactly (d_model == num_heads * d_kv, as in every released T5 but T5-11B and mT5-small)."""
         return (self.d_model == self.inner_dim and isinstance(self.kv, nn.Linear)
-                and self.kv.weight.dtype in (torch.float32, torch.bfloat16))
+                and self.kv.weight.dtype == torch.float32)
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
