@@ -40,10 +40,7 @@ class Attention(nn.Module):
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
                 position_bias: Optional[PositionBias] = None) -> torch.Tensor:
         backend = self.backend or select_backend(query.device)
-        query = query.view(-1, self.num_heads, self.head_size)
-        if key is not None:
-            key = key.view(-1, self.num_kv_heads, self.head_size)
-            value = value.view(-1, self.num_kv_heads, self.head_size)
+        query, key, value = self._split_heads(query, key, value)
         output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale,
                                  position_bias=position_bias)
         return output.view(-1, self.num_heads * self.head_size)
@@ -55,9 +52,13 @@ class Attention(nn.Module):
         if self.attn_type != AttentionType.ENCODER_DECODER:
             raise ValueError(f"attend_cached is for ENCODER_DECODER layers, not {self.attn_type}")
         backend = self.backend or select_backend(query.device)
+        output = backend.cached_cross(*self._split_heads(query, key, value), kv_cache, attn_metadata, self.scale)
+        return output.view(-1, self.num_heads * self.head_size)
+
+    def _split_heads(self, query, key, value):
+        """query as [tokens, num_heads, head_size]; key/value (when given) as [tokens, num_kv_heads, head_size]."""
         query = query.view(-1, self.num_heads, self.head_size)
         if key is not None:
             key = key.view(-1, self.num_kv_heads, self.head_size)
             value = value.view(-1, self.num_kv_heads, self.head_size)
-        output = backend.cached_cross(query, key, value, kv_cache, attn_metadata, self.scale)
-        return output.view(-1, self.num_heads * self.head_size)
+        return query, key, value
