@@ -130,7 +130,7 @@ class T5CrossAttention(nn.Module):
     def _attend_states(self, query: torch.Tensor, encoder_hidden_states: Optional[torch.Tensor],
                        state_cache: KVCache, attn_metadata: AttentionMetadata) -> torch.Tensor:
         """[num_tokens, inner_dim] attention output computed over the encoder states."""
-        key_weight, value_weight = self.kv.weight.view(2, self.num_heads, self.d_kv, self.d_model).to(query.dtype)
+        key_weight, value_weight = self.kv.weight.view(2, self.num_heads, self.d_kv, self.d_model)
         heads_first = query.view(-1, self.num_heads, self.d_kv).transpose(0, 1)
         state_query = torch.bmm(heads_first, key_weight).transpose(0, 1).contiguous()    # [tokens, heads, d_model]
         context = self.state_attn.attend_cached(state_query, encoder_hidden_states, encoder_hidden_states,

@@ -28,7 +28,7 @@ ALWAYS_INLINE __m512 load_lanes(const void *cache, int64_t index, __mmask16 mask
  * with short heads the per-row loops already keep enough independent sums in flight. */
 #define SHARED_MIN_HEAD_SIZE 256
 
-/* The unbiased, scaled score of query row `r` (at `q_row`) against the run's position `t`. */
+/* The scaled score (before any position bias) of query row `r` (at `q_row`) against the run's position `t`. */
 ALWAYS_INLINE float row_score(const Job *job, const Scratch *scratch, const float *q_row, int64_t r, int64_t t,
                               const int bf16) {
     const int64_t d = job->head_size;
@@ -57,17 +57,9 @@ ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, c
         const int64_t row_start = scratch->slots[t] * width;
         const char *v_row = (const char *)job->value_cache + row_start * (bf16 ? 2 : 4);
         for (int64_t byte = 0; byte < prefetch_end; byte += 64) _mm_prefetch(v_row + byte, _MM_HINT_T1);
-        for (int64_t r = 0; r < run->rows; r++) {
-            const int64_t k_start = row_start + scratch->kv_offsets[r];
-            __m512 sum = _mm512_setzero_ps();
-            for (int64_t i = 0; i < d; i += 16) {
-                const __mmask16 mask = lanes(d - i);
-                sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + r * d + i),
-                                      load_lanes(job->key_cache, k_start + i, mask, bf16), sum);
-            }
-            const float dot = _mm512_reduce_add_ps(sum);
-            scratch->scores[r * run->context + t] = dot * job->scale + (bias ? bias[r * job->bias_len + t] : 0.0f);
-        }
+        for (int64_t r = 0; r < run->rows; r++)
+            scratch->scores[r * run->context + t] =
+                row_score(job, scratch, q + r * d, r, t, bf16) + (bias ? bias[r * job->bias_len + t] : 0.0f);
     }
 }
 
