@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort) and runs the whole test suite; pytest's
-# "no tests" (exit 5) is a failure.
+# Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort), runs the kernel and int8 tests on an AVX2-only
+# CPU stood in on this one, then the whole test suite; pytest's "no tests" (exit 5) is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 .venv/bin/python -m flake8
 .venv/bin/python -m isort --check-only --diff .
+# The AVX2 stand-in: our native kernels compiled for x86-64-v3 (AVX2 + FMA) and oneDNN, MKL, fbgemm and ATen capped at
+# AVX2, so the paths an AVX2-only CPU runs are tested on every machine.
+if [ "$#" -eq 0 ]; then
+    env SEQ2SEQ_ENGINE_NATIVE_MARCH=x86-64-v3 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+        FBGEMM_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+        .venv/bin/python -m pytest -q -p no:cacheprovider tests/kernels tests/models/test_int8.py \
+        tests/models/test_int8_whisper.py tests/models/test_packed_linear.py tests/models/test_packing_choice.py
+fi
 set +e
 .venv/bin/python -m pytest -q "$@"
 status=$?

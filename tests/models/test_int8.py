@@ -14,7 +14,11 @@ from seq2seq_engine.models.int8 import (Int8Embedding, Int8Linear, activations_n
 from seq2seq_engine.models.packed_linear import PackedLinear, linear_then_activation
 
 pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
-NEEDS_NATIVE_INT8 = pytest.mark.skipif(not int8_linear_available(), reason="the native int8 kernel needs AVX-512 VNNI")
+NEEDS_NATIVE_INT8 = pytest.mark.skipif(not int8_linear_available(), reason="the native int8 kernel did not build here")
+# fbgemm without VNNI adds pairs of u8 x s8 products in int16 with saturation: 8-bit activations overflow there, which
+# is why the engine quantizes them to 7 bits on such CPUs (activations_need_reduced_range).
+NEEDS_FBGEMM_VNNI = pytest.mark.skipif(activations_need_reduced_range(),
+                                       reason="fbgemm runs without VNNI here: 8-bit activations saturate")
 
 
 def _random(shape, seed, scale=1.0):
@@ -51,8 +55,8 @@ def test_quantize_weight_is_symmetric_per_channel_within_half_a_step():
 
 # ------------------------------------------------------------------------------------------------ kernel
 @pytest.mark.parametrize("native, per_row, reduce_range", [
-    pytest.param(True, True, False, marks=NEEDS_NATIVE_INT8), (False, True, False), (False, True, True),
-    (False, False, False), (False, False, True)])
+    pytest.param(True, True, False, marks=NEEDS_NATIVE_INT8), pytest.param(False, True, False, marks=NEEDS_FBGEMM_VNNI),
+    (False, True, True), pytest.param(False, False, False, marks=NEEDS_FBGEMM_VNNI), (False, False, True)])
 @pytest.mark.parametrize("rows, k, n, bias", [(1, 64, 32, True), (37, 256, 96, True), (300, 510, 383, False)])
 def test_int8_linear_matches_dequantized_reference_within_the_activation_rounding(rows, k, n, bias, native, per_row,
                                                                                   reduce_range):
@@ -216,11 +220,14 @@ def test_an_outlier_row_keeps_the_other_rows_precise():
     reference = F.linear(x, weight)
     normal = [i for i in range(16) if i != 3]
 
+    reduced = activations_need_reduced_range()     # 7-bit activations on fbgemm without VNNI: twice the step
+
     def normal_rows_error(per_row, native=False):
-        out = Int8Linear(weight, per_row=per_row, reduce_range=False, native=native)(x)
+        out = Int8Linear(weight, per_row=per_row, reduce_range=reduced and not native, native=native)(x)
         return ((out - reference)[normal].norm() / reference[normal].norm()).item()
 
-    assert normal_rows_error(True) < 0.02 < 0.2 < normal_rows_error(False)
+    per_row_bound = 0.02 * (255 / 127 if reduced else 1)
+    assert normal_rows_error(True) < per_row_bound < 0.2 < normal_rows_error(False)
     if int8_linear_available():
         assert normal_rows_error(True, native=True) < 0.02
 
