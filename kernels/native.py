@@ -22,8 +22,8 @@ from typing import Optional
 
 import torch
 
+from seq2seq_engine.cache_dir import cache_root
 from seq2seq_engine.config import env_switch
-from seq2seq_engine.model_loader.conversion_cache import cache_root
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,7 @@
     hf_dir = convert_into_cache(name, lambda out_dir: convert(source, out_dir), cache_dir)
 
 Used by seq2seq_engine.model_loader.ct2.whisper (CTranslate2 Whisper) and seq2seq_engine.model_loader.gguf.llama
-(GGUF Llama). Cache root:
-$SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine.
+(GGUF Llama). Cache root: $SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine (seq2seq_engine.cache_dir).
 """
 from __future__ import annotations
 
@@ -19,16 +18,12 @@ import sys
 import tempfile
 from typing import Any, Callable, Optional, Sequence
 
-CACHE_ENV = "SEQ2SEQ_ENGINE_CACHE"
+from seq2seq_engine.cache_dir import cache_root
+
 # A cache entry is complete once this file is in it (it is written by every converter).
 COMPLETE_MARKER = "config.json"
 
-__all__ = ["CACHE_ENV", "cache_root", "cache_entry_name", "convert_into_cache"]
-
-
-def cache_root() -> str:
-    """$SEQ2SEQ_ENGINE_CACHE, else ~/.cache/seq2seq_engine."""
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "seq2seq_engine")
+__all__ = ["cache_entry_name", "convert_into_cache"]
 
 
 def cache_entry_name(source: str, files: Sequence[str], *settings: Any) -> str:

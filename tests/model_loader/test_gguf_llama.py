@@ -17,8 +17,8 @@ from hf_reference import build_tiny_model, hf_greedy
 from safetensors.torch import load_file
 
 from seq2seq_engine import LLM, SamplingParams, TokensPrompt
+from seq2seq_engine.cache_dir import CACHE_ENV
 from seq2seq_engine.model_loader import resolver as model_resolver
-from seq2seq_engine.model_loader.conversion_cache import CACHE_ENV
 from seq2seq_engine.model_loader.gguf.llama import gguf_llama_to_hf, load_gguf_llama, main
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 

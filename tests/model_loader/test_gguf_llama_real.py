@@ -14,7 +14,7 @@ from gguf_llama_utils import hf_from_gguf
 from safetensors.torch import load_file
 
 from seq2seq_engine import LLM, SamplingParams
-from seq2seq_engine.model_loader.conversion_cache import CACHE_ENV
+from seq2seq_engine.cache_dir import CACHE_ENV
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.tokenization.tokenizer import get_tokenizer
 

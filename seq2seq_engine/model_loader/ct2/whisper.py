@@ -20,8 +20,8 @@ from typing import Optional, Sequence
 import torch
 
 from seq2seq_engine.config import torch_dtype
-from seq2seq_engine.model_loader.conversion_cache import (CACHE_ENV, cache_entry_name, cache_root, conversion_parser,
-                                                          convert_into_cache, run_conversion_cli)
+from seq2seq_engine.model_loader.conversion_cache import (cache_entry_name, conversion_parser, convert_into_cache,
+                                                          run_conversion_cli)
 from seq2seq_engine.model_loader.ct2.model_bin import (BINARY_VERSION, model_bin_files, read_ct2_config,
                                                        read_ct2_header, read_ct2_model)
 from seq2seq_engine.model_loader.ct2.whisper_tokenizer import (language_tokens, read_vocab, special_ids,
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 CONVERTER_VERSION = 1
 WHISPER_SPEC = "WhisperSpec"
 
-__all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "cache_root", "CACHE_ENV", "main"]
+__all__ = ["read_ct2_model", "ct2_whisper_to_hf", "load_ct2_whisper", "main"]
 
 
 def _generation_config(ct2_dir: str, ct2_config: dict, vocab, ids: dict, dims: dict, suppress: list,
