@@ -193,11 +193,6 @@ class EngineConfig:
         return "bfloat16" if self.model_config.quantization == "int8" else self.model_config.dtype
 
     def __post_init__(self) -> None:
-        if self.model_config.quantization == "int8":
-            from seq2seq_engine.models.int8 import int8_unsupported_reason
-            reason = int8_unsupported_reason(self.device_config.resolved)
-            if reason:
-                raise ValueError(reason)
         if self.device_config.resolved != "cpu" and self.kv_cache_dtype != self.model_config.dtype:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} differs from the model's dtype "
                              f"{self.model_config.dtype!r}: only the CPU kernels read a cache of another dtype")

@@ -5,6 +5,7 @@ import dataclasses
 from typing import Any, Optional
 
 from seq2seq_engine.config import CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig, model_config_from_hf
+from seq2seq_engine.models.int8 import int8_unsupported_reason
 from seq2seq_engine.platforms.cpu_memory import DEFAULT_MAX_BATCHED_TOKENS, cpu_max_batched_tokens
 
 
@@ -41,6 +42,10 @@ class EngineArgs:
                                             self.max_model_len, self.max_logprobs, self.quantization)
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
         device_config = DeviceConfig(self.device)
+        if model_config.quantization == "int8":
+            reason = int8_unsupported_reason(device_config.resolved)
+            if reason:
+                raise ValueError(reason)
         # By default one step can hold the longest possible prefill (encoder + decoder prompt); on the CPU the
         # budget also keeps a step's activations small enough for malloc to reuse
         # (seq2seq_engine/platforms/cpu_memory.py).
