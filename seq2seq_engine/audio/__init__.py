@@ -5,9 +5,10 @@ CPU-only dependencies: soundfile (decode WAV/FLAC/OGG...), PyAV (FFmpeg: MP3, m4
 that fails on CPU torch).
 """
 
+from .base import SAMPLE_RATE, AudioError
 from .features import (CHUNK_LENGTH, CPU_MICRO_BATCH, HOP_LENGTH, N_FFT, N_FRAMES, N_SAMPLES, encoder_window_samples,
                        log_mel_spectrogram, log_mel_spectrogram_batch, mel_filter_bank, num_frames, pad_or_trim)
-from .loading import SAMPLE_RATE, AudioError, is_silent, load_audio, resample, split_into_windows
+from .loading import is_silent, load_audio, resample, split_into_windows
 from .stream import iter_windows
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from .loading import SAMPLE_RATE, AudioError
+from .base import SAMPLE_RATE, AudioError
 
 logger = logging.getLogger(__name__)
 

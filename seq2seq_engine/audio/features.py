@@ -8,7 +8,8 @@ from typing import Sequence, Union
 import numpy as np
 import torch
 
-from .loading import SAMPLE_RATE, AudioError, _to_float32
+from .base import SAMPLE_RATE, AudioError
+from .loading import _to_float32
 
 N_FFT = 400
 HOP_LENGTH = 160

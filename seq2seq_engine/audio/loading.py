@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from .base import SAMPLE_RATE, AudioError
 
 # libsndfile formats decoded by FFmpeg instead (see the module docstring), and the file extensions that name them
 # (libsndfile is not asked about those at all: its MPEG decoder prints to stderr on a bad file).
@@ -33,10 +33,6 @@ FFMPEG_EXTENSIONS = frozenset({".mp3", ".mp2", ".mpga"})
 
 # Full-scale divisors for integer PCM arrays.
 _INT_SCALE = {np.dtype(np.int8): 2.0**7, np.dtype(np.int16): 2.0**15, np.dtype(np.int32): 2.0**31}
-
-
-class AudioError(ValueError):
-    """Audio could not be loaded or is unusable (names the source and the problem)."""
 
 
 def _describe(source: Any) -> str:

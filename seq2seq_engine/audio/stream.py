@@ -7,7 +7,8 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .loading import SAMPLE_RATE, AudioError, _describe, _to_float32, _to_mono, load_audio, open_soundfile
+from .base import SAMPLE_RATE, AudioError
+from .loading import _describe, _to_float32, _to_mono, load_audio, open_soundfile
 
 # Frames read from libsndfile at a time (about 1.4-4 s at common rates).
 BLOCK_FRAMES = 1 << 16

@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .loading import SAMPLE_RATE
+from .base import SAMPLE_RATE
 from .silero import FRAME_SAMPLES, load_silero_vad
 
 Region = Tuple[int, int]  # [start, end) in samples of the 16 kHz recording
