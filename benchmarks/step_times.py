@@ -4,7 +4,7 @@
     GOMP_SPINCOUNT=0 .venv/bin/python benchmarks/step_times.py   # the same under another OpenMP setting
 
 Used for A/B comparisons of settings that act when the process starts (OpenMP variables, kernel switches): run
-the command once per setting, interleaved, several times (docs/performance.md §1). Every request is admitted at
+the command once per setting, interleaved, several times (docs/performance.md §3). Every request is admitted at
 once, so the first step prefills the whole batch (when the step budget holds it) and the later steps decode it.
 """
 from __future__ import annotations

@@ -92,7 +92,7 @@ class T5CrossAttention(nn.Module):
     d_model row per head), its scores are dot products with the encoder states, and the weighted sum of encoder
     states is mapped through its V projection afterwards. That is the same attention, reassociated, with no K/V
     projected in prefill and one d_model row read per encoder token instead of a K and a V row in every layer
-    (decisions §73). Without it, K/V are projected in prefill steps and kept in this layer's cross blocks."""
+    (decisions §42). Without it, K/V are projected in prefill steps and kept in this layer's cross blocks."""
 
     encoder_row_linears = ("kv",)    # run over the encoder's rows, not once per decode step (packed_linear)
 

@@ -40,7 +40,7 @@ def build_tiny_t5(variant: str, tmp_path, vocab_size: int = VOCAB) -> Tuple[str,
     matter; untied variants get an lm_head.weight of their own in the checkpoint (transformers builds the head
     tied and keeps a differing checkpoint head untied on load). That head is small (std 0.1, logits of a few
     units): with std 0.5, HF's own float32 logprobs moved from float64's by up to 2.2e-4, more than the 1e-4 the
-    tests hold us to, so the tests compared rounding orders rather than computations (docs/decisions.md §72)."""
+    tests hold us to, so the tests compared rounding orders rather than computations (docs/decisions.md §41)."""
     config_class, model_class, shape = VARIANTS[variant]
     torch.manual_seed(0)
     model = model_class(config_class(**{**COMMON, "vocab_size": vocab_size}, **shape)).eval()

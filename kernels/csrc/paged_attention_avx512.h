@@ -51,7 +51,7 @@ ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, c
     /* The values pass reads the V rows next: fetching each with its K row overlaps the two streams. float32 rows
      * only while the run's K and V rows fit in half the L2: past that the K stream evicts V rows before the
      * values pass reads them and they come from memory twice; bfloat16 rows, widened as they are read, gain from
-     * the overlap at every length measured (decisions §71). */
+     * the overlap at every length measured (decisions §31). */
     const int64_t prefetch_end = bf16 || run->context * row_bytes <= job->v_prefetch_bytes ? row_bytes : 0;
     for (int64_t t = 0; t < run->context; t++) {
         const int64_t row_start = scratch->slots[t] * width;

@@ -42,7 +42,7 @@ class SileroVad:
     previous frame's last 64 samples and carries an LSTM state. Everything before the LSTM is per frame, so
     `probabilities` runs the module's own feature extractor and encoder over blocks of frames at once, the LSTM
     (an `nn.LSTM` holding the module's LSTMCell weights) over the sequence, and the module's output head on every
-    frame: the same numbers as the frame-by-frame loop (within 2e-5) in one call per block (decisions §33).
+    frame: the same numbers as the frame-by-frame loop (within 2e-5) in one call per block (decisions §47).
     """
 
     def __init__(self, path: str) -> None:

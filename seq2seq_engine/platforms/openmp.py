@@ -7,7 +7,7 @@ slice: measured on 2 cores at a load of ~6, a Whisper tiny.en run went from 2.4 
 default spinning). Sleeping at once (OMP_WAIT_POLICY=PASSIVE) fixes that but makes every barrier inside a matmul a
 futex wake-up, 2-7% of a SmolLM2 step on an idle machine. A short spin of GOMP_SPINCOUNT=10000 iterations
 (~0.1 ms) keeps threads awake between the kernels of one step and still sleeps between steps: as fast as PASSIVE
-at a load of 4, 2-7% faster idle (docs/performance.md §1). A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins.
+at a load of 4, 2-7% faster idle (docs/performance.md §3). A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How many windows a transcription keeps in the engine at once by default: as many as keep their KV cache (cross
 blocks for the encoder span, self blocks for each beam's tokens) within a memory budget, between 2 and 16.
 
-Measured on whisper-base (docs/decisions.md §44): each float32 window holds ~41 MB of KV cache, the KV of the windows
+Measured on whisper-base (docs/decisions.md §29): each float32 window holds ~41 MB of KV cache, the KV of the windows
 in flight is most of a long transcription's memory, and fewer windows cost some speed (CPU time +15% at 8 windows
 against 16 or more, +40% at 4). The budget is the larger of KV_BUDGET_BYTES and twice the model's weights as
 stored (int8 weights count a quarter of float32 ones), so a large model keeps a useful batch and int8 keeps memory

@@ -1,5 +1,5 @@
 """The cores of one server process, shared by its engine loops: before each step a loop runs its own OpenMP team with
-the process's threads divided among the loops that have work at that moment (decisions §62)."""
+the process's threads divided among the loops that have work at that moment (decisions §61)."""
 from __future__ import annotations
 
 import threading
