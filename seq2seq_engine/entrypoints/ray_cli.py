@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob
+from seq2seq_engine.output_records import output_record
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import TranscriptionResult
 
@@ -66,7 +67,6 @@ def transcribe_on_ray(args: argparse.Namespace, options: TranscriptionOptions, j
 def generate_records_on_ray(args: argparse.Namespace, prompts: List[Any], engine_kwargs: Dict[str, Any],
                             sampling: Dict[str, Any]) -> Iterator[dict]:
     """The output record of each prompt, in input order (text_cli's records, made from the replicas' rows)."""
-    from seq2seq_engine.entrypoints.text_cli import output_record
     from seq2seq_engine.integrations.ray_data import ReplicaConfig
     from seq2seq_engine.integrations.ray_jobs import generate_rows_in_order
     from seq2seq_engine.integrations.rows import row_to_fields

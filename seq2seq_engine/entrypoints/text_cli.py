@@ -19,12 +19,13 @@ from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from tqdm.auto import tqdm
 
+from seq2seq_engine.engine.streaming import StreamError, stream_in_order
 from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
-from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
 from seq2seq_engine.entrypoints.task_prefix import add_prefix_argument, with_prefix
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
+from seq2seq_engine.output_records import output_record, result_fields
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.tokenization.languages import translation_languages
 
@@ -105,23 +106,6 @@ def translation_prompts(prompts: List[Any], tokenizer: Any, args: argparse.Names
     languages = translation_languages(tokenizer, getattr(args, "src_lang", None), getattr(args, "tgt_lang", None),
                                       model_type)
     yield from languages.prompts(prompts)
-
-
-def result_fields(output: RequestOutput) -> Dict[str, Any]:
-    """A finished request's fields of its output record (all but `index`), in the record's order."""
-    best = output.outputs[0]
-    prompt = output.encoder_prompt if output.encoder_prompt is not None else output.prompt
-    fields = {"prompt": prompt, "text": best.text, "token_ids": best.token_ids, "finish_reason": best.finish_reason,
-              "cumulative_logprob": best.cumulative_logprob}
-    if len(output.outputs) > 1:
-        fields["alternatives"] = [{"text": o.text, "token_ids": o.token_ids,
-                                   "cumulative_logprob": o.cumulative_logprob} for o in output.outputs[1:]]
-    return fields
-
-
-def output_record(index: int, fields: Optional[Dict[str, Any]], error: Optional[str]) -> dict:
-    """One line of the output file: the input's index with its result fields, or with its error."""
-    return {"index": index, "error": error} if fields is None else {"index": index, **fields}
 
 
 def _record(index: int, item: Any) -> dict:

@@ -1,4 +1,4 @@
-"""Ray Data batch inference: one LLM per actor, each batch of rows fed into its continuous batch at once.
+"""Ray Data batch inference: one engine per actor, each batch of rows fed into its continuous batch at once.
 
     import ray
     from seq2seq_engine.integrations.ray_data import ReplicaConfig, TranscribeBatch
@@ -52,9 +52,11 @@ class ReplicaConfig:
         if self.transcription is not None and not isinstance(self.transcription, TranscriptionOptions):
             raise TypeError(f"transcription must be a TranscriptionOptions, got {type(self.transcription).__name__}")
 
-    def build_llm(self) -> Any:
-        from seq2seq_engine.entrypoints.llm import LLM
-        return LLM(self.model, **dict(self.engine_kwargs))
+    def build_engine(self) -> Any:
+        """The replica's LLMEngine (what LLM(model, **engine_kwargs) would hold)."""
+        from seq2seq_engine.engine.arg_utils import EngineArgs
+        from seq2seq_engine.engine.llm_engine import LLMEngine
+        return LLMEngine.from_engine_args(EngineArgs(model=self.model, **dict(self.engine_kwargs)))
 
 
 class TranscribeBatch:
@@ -65,7 +67,7 @@ class TranscribeBatch:
     def __init__(self, config: ReplicaConfig) -> None:
         if config.working_dir is not None:
             os.chdir(config.working_dir)  # this actor's own process
-        self.llm = config.build_llm()
+        self.engine = config.build_engine()
         self.options = dataclasses.replace(config.transcription or TranscriptionOptions(), use_tqdm=False)
 
     def __call__(self, batch: Mapping[str, Any]) -> Dict[str, list]:
@@ -91,7 +93,7 @@ class TranscribeBatch:
                     outputs: List[Optional[Dict[str, Any]]], labels: List[Optional[str]]) -> None:
         from seq2seq_engine.transcription.pipeline import iter_transcribe
         try:
-            for index, result in iter_transcribe(self.llm, sources, options):
+            for index, result in iter_transcribe(self.engine, sources, options):
                 if labels[index] is not None:  # bytes: named by the row, not by their place in this batch
                     result = relabel(result, labels[index])
                 outputs[positions[index]] = result_to_row(result)
@@ -108,15 +110,15 @@ class GenerateBatch:
 
     def __init__(self, config: ReplicaConfig) -> None:
         from seq2seq_engine.tokenization.languages import translation_languages
-        self.llm = config.build_llm()
+        self.engine = config.build_engine()
         self.sampling = dict(config.sampling)
-        model_type = getattr(self.llm.llm_engine.model_config.hf_config, "model_type", None)
+        model_type = getattr(self.engine.model_config.hf_config, "model_type", None)
         # checks the languages now, before any batch
-        self.languages = translation_languages(self.llm.get_tokenizer(), config.src_lang, config.tgt_lang, model_type)
+        self.languages = translation_languages(self.engine.tokenizer, config.src_lang, config.tgt_lang, model_type)
 
     def __call__(self, batch: Mapping[str, Any]) -> Dict[str, list]:
-        from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
-        from seq2seq_engine.entrypoints.text_cli import result_fields
+        from seq2seq_engine.engine.streaming import StreamError, stream_in_order
+        from seq2seq_engine.output_records import result_fields
 
         rows = batch_to_rows(batch)
         outputs: List[Optional[Dict[str, Any]]] = [None] * len(rows)
@@ -131,7 +133,7 @@ class GenerateBatch:
             params.append(sampling_of_row(self.sampling, row))
         if positions:
             requests = zip(self.languages.prompts(prompts), params)
-            for index, item in stream_in_order(self.llm.llm_engine, requests, max_in_flight=len(positions)):
+            for index, item in stream_in_order(self.engine, requests, max_in_flight=len(positions)):
                 is_error = isinstance(item, StreamError)
                 outputs[positions[index]] = {"error": item.error} if is_error else output_to_row(result_fields(item))
         columns = passthrough_columns(batch, PROMPT_OUTPUT_COLUMNS)

@@ -11,8 +11,8 @@ import torch
 import transformers
 from hf_reference import build_tiny_bart_with_tokenizer, build_tiny_model
 
+from seq2seq_engine.engine.streaming import StreamError, stream_in_order
 from seq2seq_engine.entrypoints.cli import main
-from seq2seq_engine.entrypoints.streaming import StreamError, stream_in_order
 from seq2seq_engine.entrypoints.text_cli import translation_prompts
 
 
