@@ -2,9 +2,10 @@
 
 ``to_panels(weight)`` stores a weight [N, K] as [ceil(N / 32), K, 32] column panels (zero-padded past N) and
 ``panel_linear(x, panels, out_features, bias, activation)`` computes activation(x W^T + bias) from them (the
-activation applied to each output tile while it is in cache). The kernel needs AVX-512F at
-build time; ``panel_linear_available()`` says whether it is there (it is False, too, without a C compiler or with
-``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``), and callers keep their other path where it is not.
+activation applied to each output tile while it is in cache). The kernel has an AVX-512F and an AVX2 + FMA code
+path, picked at build time by the compiler's target; ``panel_linear_isa()`` names the one built ("avx512", "avx2",
+or "none": no such instruction set, no C compiler or ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) and
+``panel_linear_available()`` says whether there is one; callers keep their other path where there is not.
 """
 from __future__ import annotations
 
@@ -23,9 +24,24 @@ PANEL_ACTIVATIONS = MappingProxyType({"relu": 1, "silu": 2, "swish": 2, "gelu": 
 
 
 def panel_linear_available() -> bool:
-    """Whether the native panel kernel built here and has its AVX-512 code."""
+    """Whether the native panel kernel built here with a SIMD code path (AVX-512F or AVX2 + FMA)."""
     library = load_library(_LIBRARY)
     return library is not None and library.panel_linear_supported() == 1
+
+
+def panel_linear_isa() -> str:
+    """The code path the panel kernel was built with: "avx512", "avx2", or "none" (also where it did not build)."""
+    return library_isa(_LIBRARY, "panel_linear_isa")
+
+
+def library_isa(name: str, function: str) -> str:
+    """The string the native library `name` returns from its `const char *function(void)`, "none" without one."""
+    library = load_library(name)
+    if library is None:
+        return "none"
+    isa = getattr(library, function)
+    isa.restype, isa.argtypes = ctypes.c_char_p, []
+    return isa().decode()
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:

@@ -3,131 +3,57 @@
  * Built on first use by kernels/native.py and called through ctypes (front end: kernels/native_linear.py).
  * The weight [N, K] is stored as panels [ceil(N / 32)][K][32]: panel p holds output columns 32p..32p+31 with its K
  * rows contiguous, zero-padded past N. Each thread takes a contiguous range of panels and streams each panel once
- * from memory; a tile of outputs accumulates in AVX-512 registers over the whole K (x broadcast, panel loads and
+ * from memory; a tile of outputs accumulates in vector registers over the whole K (x broadcast, panel loads and
  * FMAs per k), so a panel is read from memory once and from cache for the other row tiles. Decode steps (a few rows)
  * are then bound by memory bandwidth, not by a blocking made for large matrices; large prefill matrices run at the
- * FMA rate as well. Below WIDE_TILE_MIN_ROWS rows a tile is 8 rows x one panel (16 accumulators, two panel loads
- * and 16 FMAs per k); from there it is 6 rows x two adjacent panels (24 accumulators, four loads and 24 FMAs per k:
- * fewer loads per FMA, which an Intel Xeon needed to keep pace with oneDNN at 128+ rows, while 8 rows x one panel
- * streams better at decode sizes). While it works on one group of panels, a thread prefetches the next group into
- * L2 (shared among the row tiles, spread evenly over each tile's k steps; at the end of a thread's range that is the
- * other thread's first group, one wasted group a call), so the memory stream of a decode step keeps many requests
- * in flight instead of waiting on each group's first tile.
+ * FMA rate as well. The tiles are per instruction set: panel_linear_avx512.h (AVX-512F) and panel_linear_avx2.h
+ * (AVX2 + FMA, 16 ymm registers). With AVX-512, below WIDE_TILE_MIN_ROWS rows a tile is 8 rows x one panel (16
+ * accumulators, two panel loads and 16 FMAs per k); from there it is 6 rows x two adjacent panels (24 accumulators,
+ * four loads and 24 FMAs per k: fewer loads per FMA, which an Intel Xeon needed to keep pace with oneDNN at 128+
+ * rows, while 8 rows x one panel streams better at decode sizes). While it works on one group of panels, a thread
+ * prefetches the next group into L2 (shared among the row tiles, spread evenly over each tile's k steps; at the end
+ * of a thread's range that is the other thread's first group, one wasted group a call), so the memory stream of a
+ * decode step keeps many requests in flight instead of waiting on each group's first tile.
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
- * Without AVX-512F at build time `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
+ * Every output sums its K products in k order in one accumulator, so a row's result does not depend on the tile.
+ * `panel_linear_isa` names the code path built; without AVX-512F or AVX2 + FMA at build time it is "none",
+ * `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
 #include <stdint.h>
 
 #define PANEL 32
-#define NARROW_TILE_ROWS 8
-#define WIDE_TILE_ROWS 6
-#define WIDE_TILE_PANELS 2
-#define WIDE_TILE_MIN_ROWS 64
 #define LINE_BYTES 64
 #define PANEL_ROW_LINES (PANEL * 4 / LINE_BYTES)
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-
-#include "lane_mask.h"
-#include "tile_activation.h"
-
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Outputs [rows x cols] (cols <= PANEL * panels, the panels `panel_stride` floats apart) for the rows of x starting
- * at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, spread evenly over the k steps. */
-ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
-                              const int panels, int64_t panel_stride, const float *bias, float *out,
-                              int64_t out_stride, int64_t cols, int activation, const char *prefetch,
-                              int64_t prefetch_lines) {
-    const int vectors = 2 * panels;
-    __m512 acc[NARROW_TILE_ROWS][2 * WIDE_TILE_PANELS];
-    for (int r = 0; r < rows; r++)
-        for (int v = 0; v < vectors; v++) acc[r][v] = _mm512_setzero_ps();
-    /* Evenly spread, not all at once: a burst of prefetches waiting on DRAM holds the L1 miss buffers that the
-     * tile's own panel loads from L2 need, and the FMAs stall behind the memory stream instead of overlapping it
-     * (a T5 decode step's linears at 32 rows: 43.7 -> 32.8 ms on an Intel Xeon). */
-    int64_t credit = 0, issued = 0;
-    for (int64_t k = 0; k < k_size; k++) {
-        for (credit += prefetch_lines; credit >= k_size; credit -= k_size)
-            _mm_prefetch(prefetch + issued++ * LINE_BYTES, _MM_HINT_T1);
-        __m512 w[2 * WIDE_TILE_PANELS];
-        for (int v = 0; v < vectors; v++) w[v] = _mm512_loadu_ps(panel + v / 2 * panel_stride + k * PANEL + v % 2 * 16);
-        for (int r = 0; r < rows; r++) {
-            const __m512 value = _mm512_set1_ps(x[r * x_stride + k]);
-            for (int v = 0; v < vectors; v++) acc[r][v] = _mm512_fmadd_ps(value, w[v], acc[r][v]);
-        }
-    }
-    for (int v = 0; v < vectors; v++) {
-        const __mmask16 mask = lanes(cols - 16 * v);
-        const __m512 bias_v = bias ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : _mm512_setzero_ps();
-        for (int r = 0; r < rows; r++)
-            _mm512_mask_storeu_ps(out + r * out_stride + 16 * v, mask, _mm512_add_ps(acc[r][v], bias_v));
-    }
-    if (activation != ACTIVATION_NONE) activate_tile(out, out_stride, rows, cols, activation);
-}
+#if defined(__AVX512F__)
+#include "panel_linear_avx512.h"
+#elif defined(__AVX2__) && defined(__FMA__)
+#include "panel_linear_avx2.h"
+#endif
 
-/* Every row of x against `panels` adjacent panels, `tile_rows` rows at a time (the row and panel counts are
- * constants in each copy), each tile prefetching its share of the `next_lines` lines at `next` (none for 0). */
-ALWAYS_INLINE void group_all_rows(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size,
-                                  const float *panel, const int panels, const int tile_rows, const float *bias,
-                                  float *out, int64_t out_stride, int64_t cols, int activation, const float *next,
-                                  int64_t next_lines) {
-    const int64_t num_tiles = (num_rows + tile_rows - 1) / tile_rows;
-    const int64_t lines_per_tile = (next_lines + num_tiles - 1) / num_tiles;
-    const int64_t panel_stride = k_size * PANEL;
-    for (int64_t first = 0; first < num_rows; first += tile_rows) {
-        const int64_t rows = min64(num_rows - first, tile_rows);
-        const float *x_rows = x + first * x_stride;
-        float *out_rows = out + first * out_stride;
-        const int64_t first_line = first / tile_rows * lines_per_tile;
-        const int64_t lines = first_line >= next_lines ? 0 : min64(next_lines - first_line, lines_per_tile);
-        const char *prefetch = (const char *)next + first_line * LINE_BYTES;
-#define TILE_CASE(n) \
-    case n: \
-        panel_tile(x_rows, x_stride, n, k_size, panel, panels, panel_stride, bias, out_rows, out_stride, cols, \
-                   activation, prefetch, lines); \
-        break;
-        switch (rows) {
-            TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7)
-            default:
-                panel_tile(x_rows, x_stride, tile_rows, k_size, panel, panels, panel_stride, bias, out_rows,
-                           out_stride, cols, activation, prefetch, lines);
-        }
-#undef TILE_CASE
-    }
-}
-
-/* One group of adjacent panels: a pair in 6 x 64 tiles, or one panel in 8 x 32 tiles. */
-static void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panel,
-                        int panels, const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
-                        const float *next, int64_t next_lines) {
-    if (panels == WIDE_TILE_PANELS)
-        group_all_rows(x, x_stride, num_rows, k_size, panel, WIDE_TILE_PANELS, WIDE_TILE_ROWS, bias, out, out_stride,
-                       cols, activation, next, next_lines);
-    else
-        group_all_rows(x, x_stride, num_rows, k_size, panel, 1, NARROW_TILE_ROWS, bias, out, out_stride, cols,
-                       activation, next, next_lines);
-}
+#if defined(PANEL_LINEAR_ISA)
 
 int panel_linear_supported(void) { return 1; }
 
+const char *panel_linear_isa(void) { return PANEL_LINEAR_ISA; }
+
 /* out [num_rows, n_size] (row stride out_stride) = activation(x [num_rows, k_size] (row stride x_stride) W^T + bias)
- * (bias may be NULL; activation one of the enum above); panels as described above. */
+ * (bias may be NULL; activation one of the enum in tile_activation.h); panels as described above. */
 void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
                       int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
                       int num_threads) {
     const int64_t num_panels = (n_size + PANEL - 1) / PANEL;
-    const int64_t group_panels = num_rows >= WIDE_TILE_MIN_ROWS ? WIDE_TILE_PANELS : 1;
-    const int64_t num_groups = (num_panels + group_panels - 1) / group_panels;
+    const int64_t panels_per_group = group_panels(num_rows);
+    const int64_t num_groups = (num_panels + panels_per_group - 1) / panels_per_group;
 #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t g = 0; g < num_groups; g++) {
-        const int64_t first_panel = g * group_panels, first_col = first_panel * PANEL;
-        const int64_t panels_here = min64(group_panels, num_panels - first_panel);
+        const int64_t first_panel = g * panels_per_group, first_col = first_panel * PANEL;
+        const int64_t panels_here = min64(panels_per_group, num_panels - first_panel);
         const int64_t next_panel = first_panel + panels_here;
-        const int64_t next_panels = min64(group_panels, num_panels - next_panel);
+        const int64_t next_panels = min64(panels_per_group, num_panels - next_panel);
         const int64_t cols = min64(n_size - first_col, panels_here * PANEL);
         panel_group(x, x_stride, num_rows, k_size, panels + first_panel * k_size * PANEL, (int)panels_here,
                     bias ? bias + first_col : 0, out + first_col, out_stride, cols, activation,
@@ -138,6 +64,8 @@ void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_
 #else
 
 int panel_linear_supported(void) { return 0; }
+
+const char *panel_linear_isa(void) { return "none"; }
 
 void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
                       int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
