@@ -1,11 +1,14 @@
-"""ctypes front end of the int8 panel linear layer in csrc/int8_linear_cpu.c (AVX-512 VNNI).
+"""ctypes front end of the int8 panel linear layer in csrc/int8_linear_cpu.c (AVX-512 VNNI, AVX-VNNI or AVX2).
 
 ``to_int8_panels(qweight, scale)`` stores a symmetric per-channel int8 weight [N, K] (values in [-127, 127]) as
 ``Int8Panels``: [ceil(N / 32), ceil(K / 4), 32, 4] panels with the column offsets and zero-padded scales the kernel
 reads. ``int8_panel_linear(x, packed, bias, activation)`` quantizes each row of x to int8 with its own scale
-(max |x_row| / 127) and computes activation((x_q W_q^T) * row_scale * column_scale + bias). The kernel needs AVX-512
-VNNI at build time; ``int8_linear_available()`` says whether it is there (False too without a C compiler or with
-``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``), and callers keep fbgemm's path where it is not.
+(max |x_row| / 127) and computes activation((x_q W_q^T) * row_scale * column_scale + bias). The kernel has three
+code paths, picked at build time by the compiler's target, that compute the same exact integer sums of 8-bit
+products and the same floats: AVX-512 VNNI, AVX-VNNI (ymm vpdpbusd) and plain AVX2 (vpmaddubsw on |q| and signed
+weights, which cannot saturate). ``int8_linear_isa()`` names the one built ("avx512_vnni", "avx_vnni", "avx2", or
+"none": no AVX2, no C compiler or ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) and ``int8_linear_available()`` says whether
+there is one; callers keep fbgemm's path where there is not.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ from typing import NamedTuple, Optional
 import torch
 
 from .native import load_library, tensor_ptr
-from .native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, check_epilogue
+from .native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH, check_epilogue, library_isa
 
-GROUP = 4    # input channels per vpdpbusd lane
+GROUP = 4    # input channels per int32 lane of the kernel's sums (vpdpbusd's operand layout)
 _LIBRARY = "int8_linear_cpu"
 
 
@@ -32,9 +35,15 @@ class Int8Panels(NamedTuple):
 
 
 def int8_linear_available() -> bool:
-    """Whether the native int8 kernel built here and has its AVX-512 VNNI code."""
+    """Whether the native int8 kernel built here with a SIMD code path (AVX-512 VNNI, AVX-VNNI or AVX2)."""
     library = load_library(_LIBRARY)
     return library is not None and library.int8_linear_supported() == 1
+
+
+def int8_linear_isa() -> str:
+    """The code path the int8 kernel was built with: "avx512_vnni", "avx_vnni", "avx2", or "none" (also where it
+    did not build)."""
+    return library_isa(_LIBRARY, "int8_linear_isa")
 
 
 def to_int8_panels(qweight: torch.Tensor, scale: torch.Tensor) -> Int8Panels:
