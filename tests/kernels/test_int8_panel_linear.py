@@ -1,17 +1,23 @@
 """The native int8 panel kernel (kernels/native_int8.py, csrc/int8_linear_cpu.c) against a float64 reference of the
 same arithmetic on random inputs: rows rounded to int8 on their own max |x| / 127 grid, exact integer products, then
 the row and column scales and the bias. Every row-tile size, widths off the 32-column panel and depths off the
-4-channel group, strided rows, zero rows, activations, the packing and its errors."""
+4-channel group, strided rows, zero rows, activations, the packing and its errors. The integer sums are checked
+exactly (a pair of 8-bit products at its largest included, which would saturate vpmaddubsw's int16 on the unsigned
+q + 128), whichever code path is built: AVX-512 VNNI, AVX-VNNI or AVX2, the one this CPU's flags (or
+SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call for."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
+from linear_isa import MARCH_FLAGS, cpu_flags, int8_isa
 
-from seq2seq_engine.kernels.native_int8 import (GROUP, int8_linear_available, int8_panel_linear, to_int8_panels,
-                                                unpack_int8_panels)
+from seq2seq_engine.kernels.native_int8 import (GROUP, int8_linear_available, int8_linear_isa, int8_panel_linear,
+                                                to_int8_panels, unpack_int8_panels)
 from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH
 from seq2seq_engine.models.int8 import quantize_weight
 
-pytestmark = pytest.mark.skipif(not int8_linear_available(), reason="no AVX-512 VNNI int8 kernel on this machine")
+needs_kernel = pytest.mark.skipif(not int8_linear_available(), reason="no int8 kernel here: the CPU has no AVX2")
 
 
 def _randn(seed, *shape):
@@ -27,6 +33,23 @@ def _reference(x, qweight, scale, bias=None):
     return out if bias is None else out + bias.double()
 
 
+def _integer_sums(x, qweight):
+    """The exact int64 sums x_q W_q^T of the kernel's quantization, and the row scales max |x_row| / 127."""
+    amax = x.abs().amax(dim=1, keepdim=True)
+    inverse = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    x_q = torch.round(x * inverse).clamp(-127, 127).long()
+    return x_q @ qweight.long().t(), amax.double() / 127
+
+
+def test_the_build_reports_the_code_path_of_its_target():
+    march = os.environ.get("SEQ2SEQ_ENGINE_NATIVE_MARCH", "").strip() or "native"
+    flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
+    if flags is None:
+        pytest.skip(f"no expected code path for -march={march}")
+    assert int8_linear_isa() == int8_isa(flags)
+    assert int8_linear_available() == (int8_isa(flags) != "none")
+
+
 def test_to_int8_panels_groups_four_channels_of_32_columns_and_unpacks():
     qweight, scale = quantize_weight(_randn(0, 37, 9))
     packed = to_int8_panels(qweight, scale)
@@ -40,7 +63,8 @@ def test_to_int8_panels_groups_four_channels_of_32_columns_and_unpacks():
     assert torch.equal(unpack_int8_panels(packed), qweight)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17, 64, 131])
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 13, 17, 64, 100, 131])
 @pytest.mark.parametrize("out_features,in_features", [(1, 7), (31, 16), (32, 33), (45, 64), (300, 258)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_panel_linear_matches_the_reference(rows, out_features, in_features, bias):
@@ -53,6 +77,36 @@ def test_int8_panel_linear_matches_the_reference(rows, out_features, in_features
     torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
 
 
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, 8, 13, 64, 100])
+@pytest.mark.parametrize("out_features,in_features", [(45, 37), (300, 258)])
+def test_int8_panel_linear_sums_the_8_bit_products_exactly(rows, out_features, in_features):
+    """The outputs over row scale x column scale are the int64 sums of the same quantization: float rounding moves
+    them by far less than the 0.5 that one unit of a sum would."""
+    qweight, scale = quantize_weight(_randn(20, out_features, in_features))
+    wide = _randn(21, rows, in_features + 9) * torch.logspace(-2, 2, rows)[:, None]
+    x = wide[:, 5:5 + in_features]                       # strided rows
+    sums, row_scale = _integer_sums(x, qweight)
+    got = int8_panel_linear(x, to_int8_panels(qweight, scale)).double() / (row_scale * scale.double())
+    assert (got - sums).abs().max().item() < 0.05
+    assert torch.equal(got.round().long(), sums)
+
+
+@needs_kernel
+def test_int8_panel_linear_does_not_saturate_on_the_largest_products():
+    """Every q and w at +-127 with equal or opposite signs: each pair of products is +-32258, which the unsigned
+    q + 128 (255 x 127 x 2) would take past int16."""
+    signs = torch.where(_randn(22, 70, 65) > 0, 1, -1)
+    qweight = (signs * 127).to(torch.int8)
+    x = torch.cat([signs[:3].float(), -signs[3:6].float(), torch.ones(1, 65)]) * 0.5     # rows 3..5: opposite signs
+    got = int8_panel_linear(x, to_int8_panels(qweight, torch.ones(70)))
+    sums, row_scale = _integer_sums(x, qweight)
+    assert torch.equal(sums[:3, :3].diagonal(), torch.full((3,), 65 * 127 * 127))
+    assert torch.equal(sums[3:6, 3:6].diagonal(), torch.full((3,), -65 * 127 * 127))
+    assert torch.equal((got.double() / row_scale).round().long(), sums)
+
+
+@needs_kernel
 def test_int8_panel_linear_quantizes_activations_to_127_levels_per_row():
     """Its error against the unquantized float product is that of 8-bit rows: above zero, below 1%."""
     weight, x = _randn(4, 96, 256) * 256 ** -0.5, _randn(5, 16, 256)
@@ -64,17 +118,20 @@ def test_int8_panel_linear_quantizes_activations_to_127_levels_per_row():
     assert bool((error > 1e-4).all()) and bool((error < 0.01).all())
 
 
+@needs_kernel
 @pytest.mark.parametrize("activation", sorted(PANEL_ACTIVATIONS))
-@pytest.mark.parametrize("rows", [2, 11])
-def test_int8_panel_linear_applies_the_activation_after_the_bias(activation, rows):
-    qweight, scale = quantize_weight(_randn(10, 70, 48) * 0.3)
-    bias, x = _randn(11, 70), _randn(12, rows, 48)
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 13, 64, 100])
+@pytest.mark.parametrize("bias", [False, True])
+def test_int8_panel_linear_applies_the_activation_after_the_bias(activation, rows, bias):
+    qweight, scale = quantize_weight(_randn(10, 70, 47) * 0.3)
+    b, x = _randn(11, 70) if bias else None, _randn(12, rows, 47)
     function = {"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu}[activation]
-    packed = to_int8_panels(qweight, scale)
-    torch.testing.assert_close(int8_panel_linear(x, packed, bias, activation),
-                               function(int8_panel_linear(x, packed, bias)), rtol=1e-5, atol=1e-6)
+    expected = function(_reference(x, qweight, scale, b).float())
+    torch.testing.assert_close(int8_panel_linear(x, to_int8_panels(qweight, scale), b, activation), expected,
+                               rtol=1e-5, atol=1e-5)
 
 
+@needs_kernel
 def test_int8_panel_linear_reads_strided_rows_zero_rows_and_no_rows():
     qweight, scale = quantize_weight(_randn(4, 40, 24))
     packed, wide = to_int8_panels(qweight, scale), _randn(5, 11, 60)

@@ -1,14 +1,21 @@
 """The native panel linear kernel (kernels/native_linear.py, csrc/panel_linear_cpu.c) against F.linear on random
-inputs: every row-tile size, output widths off the 32-column panel, strided rows, with and without bias; a row's
-result does not depend on how many rows share the call."""
+inputs: every row-tile size of its AVX-512 and AVX2 tiles, output widths off the 32-column panel, odd depths, strided
+rows, with and without bias, each activation; a row's result does not depend on how many rows share the call. The
+code path built is the one this CPU's flags (or SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call
+for."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
+from linear_isa import MARCH_FLAGS, cpu_flags, panel_isa
 
 from seq2seq_engine.kernels.native_linear import (PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear, panel_linear_available,
-                                                  to_panels)
+                                                  panel_linear_isa, to_panels)
 
-pytestmark = pytest.mark.skipif(not panel_linear_available(), reason="no AVX-512 panel kernel on this machine")
+needs_kernel = pytest.mark.skipif(not panel_linear_available(),
+                                  reason="no panel kernel here: the CPU has neither AVX-512F nor AVX2 + FMA")
+ROWS = [1, 2, 3, 6, 8, 9, 13, 17, 64, 100, 131]
 
 
 def _randn(seed, *shape):
@@ -23,7 +30,17 @@ def test_to_panels_lays_out_column_panels_padded_with_zeros():
     assert torch.equal(panels[0], weight[:32].t())
 
 
-@pytest.mark.parametrize("rows", [1, 3, 6, 8, 9, 17, 64, 131])
+def test_the_build_reports_the_code_path_of_its_target():
+    march = os.environ.get("SEQ2SEQ_ENGINE_NATIVE_MARCH", "").strip() or "native"
+    flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
+    if flags is None:
+        pytest.skip(f"no expected code path for -march={march}")
+    assert panel_linear_isa() == panel_isa(flags)
+    assert panel_linear_available() == (panel_isa(flags) != "none")
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("out_features,in_features", [(1, 7), (31, 16), (32, 33), (45, 64), (80, 40), (300, 257)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
@@ -35,10 +52,12 @@ def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
                                rtol=1e-5, atol=1e-5 * in_features ** 0.5)
 
 
+@needs_kernel
 @pytest.mark.parametrize("out_features", [45, 96, 300])
 def test_a_rows_output_is_the_same_bits_in_every_batch_size(out_features):
-    """Few rows run in 8 x 32 tiles and many in 6 x 64 tiles: both sum over K in the same order, so a request's
-    tokens do not depend on how many others share its step."""
+    """With AVX-512 few rows run in 8 x 32 tiles and many in 6 x 64 tiles, with AVX2 in 3 x 32 tiles and their
+    1- and 2-row copies: all sum over K in the same order, so a request's tokens do not depend on how many others
+    share its step."""
     weight, bias, x = _randn(13, out_features, 200), _randn(14, out_features), _randn(15, 131, 200)
     panels = to_panels(weight)
     together = panel_linear(x, panels, out_features, bias)
@@ -47,15 +66,30 @@ def test_a_rows_output_is_the_same_bits_in_every_batch_size(out_features):
         assert torch.equal(alone, together[first:first + 5]), f"rows {first}..{first + 4} changed with the batch"
 
 
+@needs_kernel
 @pytest.mark.parametrize("activation", sorted(PANEL_ACTIVATIONS))
-@pytest.mark.parametrize("rows", [2, 11])
-def test_panel_linear_applies_the_activation_after_the_bias(activation, rows):
-    weight, bias, x = _randn(10, 70, 48) * 0.3, _randn(11, 70), _randn(12, rows, 48)
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 13, 64, 100])
+@pytest.mark.parametrize("bias", [False, True])
+def test_panel_linear_applies_the_activation_after_the_bias(activation, rows, bias):
+    weight, b, x = _randn(10, 70, 47) * 0.3, _randn(11, 70) if bias else None, _randn(12, rows, 47)
     function = {"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu}[activation]
-    torch.testing.assert_close(panel_linear(x, to_panels(weight), 70, bias, activation),
-                               function(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(panel_linear(x, to_panels(weight), 70, b, activation),
+                               function(F.linear(x, weight, b)), rtol=1e-5, atol=1e-5)
 
 
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, 8, 13, 64, 100])
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_panel_linear_reads_strided_rows_in_every_tile_size(rows, activation):
+    weight, bias, wide = _randn(16, 100, 33), _randn(17, 100), _randn(18, rows, 80)
+    x = wide[:, 7:40]                                    # row stride 80, unit column stride, odd K
+    expected = F.linear(x.double(), weight.double(), bias.double()).float()
+    expected = expected if activation is None else F.gelu(expected)
+    torch.testing.assert_close(panel_linear(x, to_panels(weight), 100, bias, activation), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
 def test_panel_linear_reads_strided_rows_and_no_rows():
     weight, wide = _randn(4, 40, 24), _randn(5, 11, 60)
     x = wide[:, 10:34]                                   # row stride 60, unit column stride

@@ -1,6 +1,5 @@
 """The native kernels compiled for an AVX2 CPU (SEQ2SEQ_ENGINE_NATIVE_MARCH=x86-64-v3) on this machine: their portable
-loops pass the same kernel tests as the AVX-512 build, and the AVX-512-only linear kernels report themselves
-unavailable, so float32 layers keep oneDNN and int8 layers fbgemm."""
+loops pass the same kernel tests as the AVX-512 build (the linear kernels' AVX2 builds: test_linear_builds.py)."""
 import os
 import subprocess
 import sys
@@ -24,21 +23,6 @@ def test_kernel_tests_pass_on_an_avx2_build():
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in summary and "skipped" not in summary and "failed" not in summary, summary
-
-
-def test_avx512_linear_kernels_are_unavailable_on_an_avx2_build():
-    code = ("import torch\n"
-            "from seq2seq_engine.kernels.native import load_library\n"
-            "from seq2seq_engine.kernels.native_int8 import int8_linear_available\n"
-            "from seq2seq_engine.kernels.native_linear import panel_linear_available\n"
-            "from seq2seq_engine.models.int8 import Int8Linear\n"
-            "from seq2seq_engine.models.packed_linear import PackedLinear\n"
-            "assert load_library('panel_linear_cpu') is not None and load_library('int8_linear_cpu') is not None\n"
-            "print(panel_linear_available(), int8_linear_available(), PackedLinear(torch.randn(8, 8)).panels,\n"
-            "      Int8Linear(torch.randn(8, 8)).native)\n")
-    result = _run([sys.executable, "-c", code], timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["False"] * 4
 
 
 def test_a_march_value_that_is_not_one_is_refused(monkeypatch):
