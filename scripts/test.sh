@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort), runs the kernel and int8 tests on an AVX2-only
-# CPU stood in on this one, then the whole test suite; pytest's "no tests" (exit 5) is a failure.
+# Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort) and the import contracts (lint-imports), runs the
+# kernel and int8 tests on an AVX2-only CPU stood in on this one, then the whole test suite; pytest's "no tests"
+# (exit 5) is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 .venv/bin/python -m flake8
 .venv/bin/python -m isort --check-only --diff .
+bash scripts/lint_imports.sh
 # The AVX2 stand-in: our native kernels compiled for x86-64-v3 (AVX2 + FMA) and oneDNN, MKL, fbgemm and ATen capped at
 # AVX2, so the paths an AVX2-only CPU runs are tested on every machine.
 if [ "$#" -eq 0 ]; then
