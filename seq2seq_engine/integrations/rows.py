@@ -159,14 +159,14 @@ def sampling_of_row(defaults: Mapping[str, Any], row: Mapping[str, Any]) -> Dict
 
 
 def output_to_row(fields: Mapping[str, Any]) -> Dict[str, Any]:
-    """A finished request's output columns, from text_cli.result_fields (its `prompt` becomes `prompt_text`)."""
+    """A finished request's output columns, from output_records.result_fields (its `prompt` becomes `prompt_text`)."""
     return {"prompt_text": fields["prompt"], "text": fields["text"], "token_ids": fields["token_ids"],
             "finish_reason": fields["finish_reason"], "cumulative_logprob": fields["cumulative_logprob"],
             "alternatives": fields.get("alternatives", []), "error": None}
 
 
 def row_to_fields(row: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
-    """text_cli.result_fields of the request an output row of GenerateBatch holds; None for a row with an error."""
+    """output_records.result_fields of the request a GenerateBatch output row holds; None for a row with an error."""
     if row.get("error") is not None:
         return None
     fields = {"prompt": row.get("prompt_text"), "text": row.get("text"), "token_ids": plain(row.get("token_ids")),
