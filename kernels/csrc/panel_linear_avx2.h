@@ -36,7 +36,8 @@ ALWAYS_INLINE void store_tile(__m256 acc[TILE_ROWS][TILE_VECTORS], const int row
     }
 }
 
-/* Outputs [rows x cols] (cols <= PANEL) of one panel for the rows of x starting at `x`; meanwhile `prefetch_lines` cache lines from `prefetch` go to L2, spread evenly over the k steps. */
+/* Outputs [rows x cols] (cols <= PANEL) of one panel for the rows of x starting at `x`; meanwhile `prefetch_lines`
+ * cache lines from `prefetch` go to L2, spread evenly over the k steps. */
 ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
                               const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
                               const char *prefetch, int64_t prefetch_lines) {
