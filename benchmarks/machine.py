@@ -1,11 +1,11 @@
-"""The CPU a benchmark ran on, for its header: the ratios to the peers depend on it (docs/performance.md §10)."""
+"""The CPU a benchmark ran on, for its header: the ratios to the peers depend on it (docs/performance.md §1)."""
 from __future__ import annotations
 
 import glob
 import os
 import platform
 
-from seq2seq_engine.platforms.cpu_vendor import CPUINFO, read_cpuinfo
+from seq2seq_engine.platforms.cpu_probe import CPUINFO, read_cpuinfo
 
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 SIZE_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}

@@ -4,7 +4,8 @@ No torch headers and no build step at install time: the first call compiles the 
 ``<cache_root()>/kernels/<name>-<hash>.so``; the hash covers the source and the shared headers, the compiler command
 and this CPU's instruction-set flags, so a changed source or another machine builds afresh. Where no compiler works, or
 ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``, ``load_library`` returns None (with one warning) and callers use their torch path.
-``SEQ2SEQ_ENGINE_NATIVE_MARCH`` compiles for another ``-march`` than this CPU's (the tests build the AVX2 paths so).
+The ``-march`` comes from the platform (seq2seq_engine/platforms): this CPU's, or the target of a
+``SEQ2SEQ_ENGINE_CPU_ISA`` cap or of ``SEQ2SEQ_ENGINE_NATIVE_MARCH`` (the tests build the AVX2 paths so).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from typing import Optional
 import torch
 
 from seq2seq_engine.cache_dir import cache_root
-from seq2seq_engine.config import env_switch
+from seq2seq_engine.platforms import current_platform
+from seq2seq_engine.platforms.overrides import env_switch
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +96,8 @@ def _build(name: str, compiler: str) -> str:
 
 
 def _march() -> str:
-    """The -march value: SEQ2SEQ_ENGINE_NATIVE_MARCH (checked), else native."""
-    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    """The -march value the platform picks (SEQ2SEQ_ENGINE_NATIVE_MARCH, a SEQ2SEQ_ENGINE_CPU_ISA cap, or native)."""
+    march = current_platform().native_march()
     if not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
         raise ValueError(f"{MARCH_ENV} must be a compiler -march value such as native or x86-64-v3, got {march!r}")
     return march
@@ -103,11 +105,4 @@ def _march() -> str:
 
 def _cpu_flags() -> str:
     """This CPU's instruction-set flags (``-march=native`` output depends on them)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return line
-    except OSError:
-        pass
-    return ""
+    return " ".join(sorted(current_platform().info.flags))

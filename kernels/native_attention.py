@@ -12,6 +12,16 @@ _STATUS_ERRORS = {1: "a block table entry is outside the KV cache", 2: "out of m
 _OVER_CAPACITY = 3
 
 
+def paged_attention_isa() -> str:
+    """The code path the native paged attention kernel was built with here: "avx512" (register tiles),
+    "portable" (compiler-vectorised loops), or "none" where it did not build."""
+    library = load_library("paged_attention_cpu")
+    if library is None:
+        return "none"
+    library.paged_attention_isa.restype = ctypes.c_char_p
+    return library.paged_attention_isa().decode()
+
+
 def native_paged_attention(
     query: torch.Tensor,
     key_cache: torch.Tensor,

@@ -1,8 +1,7 @@
 """int8 Linear layers: per-channel int8 weights, dynamic per-row int8 activations, on the native VNNI kernel or
-torch's fbgemm (decisions §43, §65)."""
+torch's fbgemm (decisions §36)."""
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Optional, Tuple
 
@@ -13,10 +12,9 @@ from seq2seq_engine.kernels.native_int8 import (int8_linear_available, int8_pane
                                                 unpack_int8_panels)
 from seq2seq_engine.kernels.native_linear import check_epilogue
 from seq2seq_engine.models.utils import get_activation, replace_linears
+from seq2seq_engine.platforms import current_platform
 
 QUANTIZATION_METHODS = ("int8",)
-# FBGEMM_ENABLE_INSTRUCTIONS values that make fbgemm run without VNNI (vpmaddubsw pairs saturate at int16).
-_NO_VNNI_ISAS = ("AVX2", "AVX512", "AVX512_256")
 
 
 def int8_unsupported_reason(device: str) -> Optional[str]:
@@ -30,13 +28,11 @@ def int8_unsupported_reason(device: str) -> Optional[str]:
 
 
 def activations_need_reduced_range() -> bool:
-    """True where fbgemm multiplies without VNNI: its AVX2/AVX-512 int8 kernels add pairs of u8 x s8 products in
-    int16 with saturation, so activations must be quantized to 7 bits (0..127) to keep every pair in range. With
-    AVX-512 VNNI the products accumulate straight into int32 and all 8 bits are used."""
-    forced = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").strip().upper()
-    if forced in _NO_VNNI_ISAS:
-        return True
-    return not (torch.cpu._is_avx512_supported() and torch.cpu._is_vnni_supported())
+    """True where fbgemm multiplies without VNNI (the platform decides: seq2seq_engine/platforms/cpu_policy.py): its
+    AVX2/AVX-512 int8 kernels add pairs of u8 x s8 products in int16 with saturation, so activations must be
+    quantized to 7 bits (0..127) to keep every pair in range. With AVX-512 VNNI the products accumulate straight into
+    int32 and all 8 bits are used."""
+    return current_platform().fbgemm_needs_reduced_range
 
 
 def quantize_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -71,7 +67,7 @@ class Int8Linear(nn.Module):
     scale (max |x_row| / 127), so a row ~100x larger than the rest (Whisper's decoder has them) does not leave the
     other rows a handful of levels. Two kernels, picked by `native` (None: the first available):
 
-    * the native AVX-512 VNNI panel kernel (kernels/native_int8.py; decisions §65), which quantizes the rows and
+    * the native AVX-512 VNNI panel kernel (kernels/native_int8.py; decisions §36), which quantizes the rows and
       applies the scales, bias and an activation inside its own pass;
     * fbgemm's `torch.ops.quantized.linear_dynamic`, which quantizes its input per call to uint8 with one scale and
       zero point for the whole tensor: with `per_row` (the default) each row of x is first divided by its max |x|

@@ -1,35 +1,32 @@
 """float32 linear layers on a prepacked copy of their weight, faster than F.linear on every shape measured.
 
 Two packings: the native panel kernel (kernels/native_linear.py: weight columns in panels of 32 streamed once per
-step; decisions §64) and oneDNN's ``torch.ops.mkldnn._linear_pointwise`` on a weight reordered once by
-``_reorder_linear_weight`` (decisions §63). ``float32_packing`` picks one per layer: the panels for the decode-step
-linears of encoder/decoder models (their decoder's linears but the cross-attention K/V projections, and the logits
-head) wherever they built (decisions §70); for the other linears oneDNN on Intel CPUs and the panels elsewhere
-(decisions §68). SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn forces one for every layer, 0 turns packing off.
+step; decisions §34) and oneDNN's ``torch.ops.mkldnn._linear_pointwise`` on a weight reordered once by
+``_reorder_linear_weight`` (decisions §34). ``float32_packing`` takes the first available one of the platform's
+order for the layer's role (seq2seq_engine/platforms/cpu_policy.py): decode-step linears of encoder/decoder models
+(their decoder's linears but the cross-attention K/V projections, and the logits head) or the others.
 Both compute x W^T in float32 (results within float rounding of F.linear's). ``pack_float32_model`` gives a float32
 CPU model such layers after loading: every nn.Linear (the packed copy replaces the weight) and the logits projection
 of models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the shared embedding matrix beside it).
 """
 from __future__ import annotations
 
-import os
 from types import MappingProxyType
 from typing import Callable, Optional, Set
 
 import torch
 from torch import nn
 
-from seq2seq_engine.config import env_switch
 from seq2seq_engine.kernels.native_linear import panel_linear, panel_linear_available, to_panels
 from seq2seq_engine.models.utils import replace_linears
-from seq2seq_engine.platforms.cpu_vendor import INTEL, cpu_vendor
+from seq2seq_engine.platforms import current_platform
+from seq2seq_engine.platforms.cpu_policy import PACKED_LINEAR_ENV
 
-PACKED_LINEAR_ENV = "SEQ2SEQ_ENGINE_PACKED_LINEAR"
 PACKINGS = ("panels", "onednn")
-PACKING_NEEDS = MappingProxyType({"panels": "it needs AVX-512F and a C compiler",
+PACKING_NEEDS = MappingProxyType({"panels": "it needs a C compiler and a CPU with AVX2 + FMA or AVX-512F",
                                   "onednn": "this torch build has no oneDNN prepacked linear"})
 # HF activation name -> oneDNN post-op (attr, algorithm) applied to the matmul's output in the same pass: the same
-# function (gelu: erf form, as F.gelu; within float32 rounding of torch's, decisions §63).
+# function (gelu: erf form, as F.gelu; within float32 rounding of torch's, decisions §34).
 ONEDNN_ACTIVATIONS = MappingProxyType({"relu": ("relu", ""), "gelu": ("gelu", "none"), "silu": ("swish", ""),
                                        "swish": ("swish", "")})
 
@@ -41,23 +38,15 @@ def onednn_linear_available() -> bool:
 
 
 def float32_packing(decode_step: bool = False) -> Optional[str]:
-    """The packing a float32 linear gets here, one of PACKINGS, or None (SEQ2SEQ_ENGINE_PACKED_LINEAR=0, or neither
-    is there). Unset (or 1): the panels for a `decode_step` linear where they built (decisions §70); otherwise
-    oneDNN on Intel CPUs, where it measured faster over many rows, else the panels where they built (decisions
-    §68). "panels" or "onednn" forces one and is refused where it is missing."""
-    if not env_switch(PACKED_LINEAR_ENV):
-        return None
-    choice = os.environ.get(PACKED_LINEAR_ENV, "1").strip().lower()
-    available = {"panels": panel_linear_available(), "onednn": onednn_linear_available()}
-    if choice in PACKINGS:
-        if not available[choice]:
-            raise ValueError(f"{PACKED_LINEAR_ENV}={choice}: that packing is not available here ("
-                             f"{PACKING_NEEDS[choice]})")
-        return choice
-    if choice not in ("1", "true", "yes", "on", "auto"):
-        raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
-    order = ("onednn", "panels") if cpu_vendor() == INTEL and not decode_step else ("panels", "onednn")
-    return next((packing for packing in order if available[packing]), None)
+    """The packing a float32 linear gets here, one of PACKINGS, or None (plain F.linear): the first kernel of the
+    platform's order for the linear's role (seq2seq_engine/platforms/cpu_policy.py) that is available. A packing
+    forced by SEQ2SEQ_ENGINE_PACKED_LINEAR is refused where it is missing."""
+    order = current_platform().float32_linear_order("decode_step" if decode_step else "other")
+    available = {"panels": panel_linear_available, "onednn": onednn_linear_available}
+    if len(order) == 1 and order[0] in PACKINGS and not available[order[0]]():
+        raise ValueError(f"{PACKED_LINEAR_ENV}={order[0]}: that packing is not available here ("
+                         f"{PACKING_NEEDS[order[0]]})")
+    return next((kernel for kernel in order if kernel in PACKINGS and available[kernel]()), None)
 
 
 def packed_linear_available() -> bool:

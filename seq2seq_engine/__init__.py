@@ -1,7 +1,9 @@
 """seq2seq-engine: a vLLM-style inference engine for encoder/decoder (BART, Whisper) and decoder-only models."""
+from seq2seq_engine.platforms.cpu_policy import apply_library_caps
 from seq2seq_engine.platforms.openmp import apply_openmp_defaults
 
 apply_openmp_defaults()  # before anything imports torch (see platforms/openmp.py)
+apply_library_caps()     # SEQ2SEQ_ENGINE_CPU_ISA's caps for oneDNN, MKL, fbgemm and ATen, also before torch loads
 
 from seq2seq_engine.beam_search_params import BeamSearchParams  # noqa: E402
 from seq2seq_engine.generation_defaults import GenerationDefaults  # noqa: E402

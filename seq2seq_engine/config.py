@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Optional
 
 # The dtypes the engine runs in, by name (their torch.dtype comes from torch_dtype()).
@@ -14,11 +13,6 @@ _DEFAULT_MAX_BEAM_WIDTH = 16
 # HF model types whose generation starts from decoder_start_token_id alone (BART and mBART add bos after it: HF
 # forces it with forced_bos_token_id); M2M100/NLLB put the target language there instead.
 _START_ONLY_DECODER_PROMPT = frozenset({"marian", "m2m_100", "pegasus"})
-
-
-def env_switch(name: str) -> bool:
-    """An on/off environment switch that is on unless set to 0, false, no or off (any case)."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def torch_dtype(name: str) -> Any:
@@ -103,7 +97,7 @@ class CacheConfig:
     num_gpu_blocks: Optional[int] = None
     num_cpu_blocks: Optional[int] = None
     watermark: float = 0.01
-    # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §59); or one of DTYPE_NAMES.
+    # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §28); or one of DTYPE_NAMES.
     cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
@@ -187,7 +181,7 @@ class EngineConfig:
     @property
     def kv_cache_dtype(self) -> str:
         """The KV cache's dtype name: the cache config's, or for "auto" the model's (bfloat16 under int8
-        quantization, whose float32 activations lose nothing that matters in bfloat16 K/V: decisions §59)."""
+        quantization, whose float32 activations lose nothing that matters in bfloat16 K/V: decisions §28)."""
         if self.cache_config.cache_dtype != "auto":
             return self.cache_config.cache_dtype
         return "bfloat16" if self.model_config.quantization == "int8" else self.model_config.dtype

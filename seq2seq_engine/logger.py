@@ -1,7 +1,8 @@
 """The package logger: INFO messages (KV-cache size, ignored requests) reach stderr unless the user configures
 logging; set SEQ2SEQ_ENGINE_LOGGING_LEVEL (e.g. WARNING) to change the level."""
 import logging
-import os
+
+from seq2seq_engine.platforms.overrides import override_value
 
 _ROOT = "seq2seq_engine"
 
@@ -14,5 +15,5 @@ def configure_package_logger() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(name)s: %(message)s", "%m-%d %H:%M:%S"))
     logger.addHandler(handler)
-    logger.setLevel(os.environ.get("SEQ2SEQ_ENGINE_LOGGING_LEVEL", "INFO").upper())
+    logger.setLevel((override_value("SEQ2SEQ_ENGINE_LOGGING_LEVEL") or "INFO").upper())
     logger.propagate = False

@@ -75,7 +75,10 @@ static void run_kv_offsets(const Job *job, int64_t rows, int64_t *offsets) {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include "paged_attention_avx512.h"
+const char *paged_attention_isa(void) { return "avx512"; }
 #else
+const char *paged_attention_isa(void) { return "portable"; }
+
 static const float *token_row(const Job *job, const void *cache, int64_t slot, float *widened) {
     const int64_t width = job->num_kv_heads * job->head_size;
     if (!job->cache_is_bf16) return (const float *)cache + slot * width;

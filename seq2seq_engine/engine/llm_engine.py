@@ -12,7 +12,7 @@ import torch
 
 from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.config import EngineConfig, torch_dtype
+from seq2seq_engine.config import DeviceConfig, EngineConfig, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
@@ -24,7 +24,9 @@ from seq2seq_engine.inputs.preprocess import InputPreprocessor
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
+from seq2seq_engine.models.kernel_table import startup_line
 from seq2seq_engine.outputs import RequestOutput
+from seq2seq_engine.platforms import current_platform
 from seq2seq_engine.platforms.cpu_memory import release_free_memory, tune_malloc
 from seq2seq_engine.platforms.startup_gc import collect_startup_garbage
 from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
@@ -50,6 +52,8 @@ class LLMEngine:
         configure_package_logger()
         self.model_config = config.model_config
         self.device = torch.device(config.device_config.resolved)
+        self.platform = current_platform(self.device.type)
+        logger.info(startup_line(self.platform))
         if self.device.type == "cpu":
             release_free_memory()  # what loading the model freed
             tune_malloc()
@@ -88,6 +92,7 @@ class LLMEngine:
         # converted HF directory.
         model_dir = resolve_model_path(args.model)
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        args = _with_compute_dtype(args)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
         model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization)
@@ -232,3 +237,16 @@ class LLMEngine:
             self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
         groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + scheduler_outputs.ignored_seq_groups
         return [RequestOutput.from_seq_group(group) for group in groups]
+
+
+def _with_compute_dtype(args: EngineArgs) -> EngineArgs:
+    """`args` with the dtype the platform computes the requested one in (bfloat16 runs in float32 on a CPU without
+    native bf16 matmuls, where emulated bf16 measured several times slower), saying so when it differs."""
+    if DeviceConfig(args.device).resolved != "cpu":
+        return args
+    dtype = current_platform("cpu").compute_dtype(args.dtype)
+    if dtype == args.dtype:
+        return args
+    logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s",
+                args.dtype, dtype)
+    return dataclasses.replace(args, dtype=dtype)

@@ -1,13 +1,13 @@
 """Command line: `seq2seq-engine generate|summarize|translate ...` (text/token prompts, see text_cli),
-`seq2seq-engine transcribe AUDIO...` (Whisper, see transcribe_cli) and `seq2seq-engine serve MODEL` (the
-OpenAI-compatible server, see openai/serve_cli)."""
+`seq2seq-engine transcribe AUDIO...` (Whisper, see transcribe_cli), `seq2seq-engine serve MODEL` (the
+OpenAI-compatible server, see openai/serve_cli) and `seq2seq-engine env` (machine and kernel report, see env_cli)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import List, Optional
 
-from seq2seq_engine.entrypoints import text_cli, transcribe_cli
+from seq2seq_engine.entrypoints import env_cli, text_cli, transcribe_cli
 from seq2seq_engine.entrypoints.openai import serve_cli
 
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     text_cli.add_parsers(commands)
     transcribe_cli.add_parser(commands)
     serve_cli.add_parser(commands)
+    env_cli.add_parser(commands)
     return parser
 
 
@@ -26,6 +27,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return transcribe_cli.run(args)
     if args.command == "serve":
         return serve_cli.run(args)
+    if args.command == "env":
+        return env_cli.run(args)
     return text_cli.main(args)
 
 

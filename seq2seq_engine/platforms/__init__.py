@@ -1,1 +1,40 @@
-"""Process-wide CPU platform settings: OpenMP wait policy (set before torch loads) and glibc malloc tuning."""
+"""The platform the engine runs on (CPU or CUDA), chosen once: the machine probe, the overrides and the kernel policy.
+
+Also process-wide settings applied before torch loads (OpenMP wait policy, library ISA caps) and glibc malloc tuning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Dict, Union
+
+from .cpu_policy import CpuPlatform
+from .cpu_probe import cpu_info
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaPlatform:
+    """A CUDA device: prefill through xformers where its CUDA ops load (torch SDPA otherwise), paged decode
+    through the torch kernels."""
+    device_name: str
+    name: str = "cuda"
+
+    def compute_dtype(self, dtype: str) -> str:
+        return dtype
+
+    def describe(self) -> Dict[str, str]:
+        return {"gpu": self.device_name}
+
+
+Platform = Union[CpuPlatform, CudaPlatform]
+
+
+@functools.lru_cache(maxsize=None)
+def current_platform(device_type: str = "cpu") -> Platform:
+    """The platform of `device_type` ("cpu" or "cuda"), built once per process."""
+    if device_type == "cuda":
+        import torch
+        return CudaPlatform(torch.cuda.get_device_name())
+    if device_type != "cpu":
+        raise ValueError(f"device must be cpu or cuda, got {device_type!r}")
+    return CpuPlatform.from_cpu(cpu_info())

@@ -7,7 +7,7 @@ profiles of BART encoder steps showed a quarter of the time in the first write i
 ``tune_malloc`` raises the mmap threshold to its maximum and keeps freed heap memory for reuse; the CPU token budget
 keeps one step's widest activation under that threshold, so it is served from (reused) heap memory too. Blocks
 above 32 MiB remain: the logits of a decode step ([256 rows, 58k vocabulary] float32 is 59 MB) and their softmax;
-fresh pages cost ~30 ms per such tensor (decisions §61), so ``tune_malloc`` also turns malloc's mmap off
+fresh pages cost ~30 ms per such tensor (decisions §35), so ``tune_malloc`` also turns malloc's mmap off
 (M_MMAP_MAX = 0): every block then comes from the heap and is reused after it is freed.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import ctypes.util
 import logging
 from typing import Any, Optional
 
-from seq2seq_engine.config import env_switch
+from seq2seq_engine.platforms.overrides import env_switch
 
 logger = logging.getLogger(__name__)
 

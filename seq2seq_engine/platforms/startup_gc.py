@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 
-from seq2seq_engine.config import env_switch
+from seq2seq_engine.platforms.overrides import env_switch
 
 STARTUP_GC_ENV = "SEQ2SEQ_ENGINE_STARTUP_GC"
 

@@ -1,5 +1,6 @@
-"""Which packing float32 linears get (models/packed_linear.py float32_packing): the panel kernel for decode-step
-linears where it built; for the others oneDNN on Intel CPUs and the panels elsewhere;
+"""Which packing float32 linears get (models/packed_linear.py float32_packing, from the platform's order): the panel
+kernel for decode-step linears where it built; for the others oneDNN on Intel CPUs with AVX-512 and the panels
+elsewhere;
 SEQ2SEQ_ENGINE_PACKED_LINEAR=panels|onednn|0 forcing one or none for every layer; bad values and missing packings
 refused with the variable's name."""
 import pytest
@@ -9,12 +10,17 @@ from seq2seq_engine.kernels.native_linear import panel_linear_available
 from seq2seq_engine.models import packed_linear
 from seq2seq_engine.models.packed_linear import (PACKED_LINEAR_ENV, PackedLinear, float32_packing,
                                                  onednn_linear_available, packed_linear_available)
+from seq2seq_engine.platforms.cpu_policy import CpuPlatform
+from seq2seq_engine.platforms.cpu_probe import CpuInfo
 
 BOTH = panel_linear_available() and onednn_linear_available()
 
 
-def _vendor(monkeypatch, vendor):
-    monkeypatch.setattr(packed_linear, "cpu_vendor", lambda: vendor)
+def _vendor(monkeypatch, vendor, isa="avx512"):
+    """The platform of an AVX-512 (or `isa`) CPU of `vendor`, whatever this machine is."""
+    info = CpuInfo(vendor, "test CPU", frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}), 2 << 20,
+                   32 << 20, 2)
+    monkeypatch.setattr(packed_linear, "current_platform", lambda: CpuPlatform(info, isa))
     monkeypatch.delenv(PACKED_LINEAR_ENV, raising=False)
 
 
@@ -29,6 +35,12 @@ def test_the_default_follows_the_cpu_vendor(monkeypatch, vendor, expected):
     assert layer.panels == (expected == "panels")
     x = torch.randn(5, 24)
     torch.testing.assert_close(layer(x), x @ layer.weight.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not BOTH, reason="needs both the panel kernel and oneDNN")
+def test_an_intel_cpu_with_avx2_alone_takes_the_panels(monkeypatch):
+    _vendor(monkeypatch, "GenuineIntel", isa="avx2")
+    assert float32_packing() == "panels" and float32_packing(decode_step=True) == "panels"
 
 
 @pytest.mark.skipif(not BOTH, reason="needs both the panel kernel and oneDNN")
