@@ -1,0 +1,153 @@
+"""How fast are the native linear kernels' AVX2 builds, against their AVX-512 build and torch capped at AVX2?
+
+    .venv/bin/python benchmarks/linear_avx2.py                 # decode and prefill shapes, weights in cache
+    .venv/bin/python benchmarks/linear_avx2.py --cold          # the caches emptied before every timed call
+    .venv/bin/python benchmarks/linear_avx2.py --quick         # smoke run: one small shape, few calls
+
+Every candidate runs in its own child process, since both the kernels' build target (SEQ2SEQ_ENGINE_NATIVE_MARCH,
+read once per process) and torch's instruction-set caps (read when torch loads) are per process:
+  panels-avx512  the float32 panel kernel (kernels/native_linear.py) built for this CPU (-march=native)
+  panels-avx2    the same kernel built with -march=x86-64-v3: its AVX2 + FMA code path
+  F.linear-avx2  torch F.linear with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+  onednn-avx2    oneDNN's linear on a weight reordered once (the engine's other float32 packing), same caps
+  int8-avx512    the int8 panel kernel (kernels/native_int8.py) built for this CPU (AVX-512 VNNI where it has it)
+  int8-avxvnni   built with -march=alderlake: AVX2 + AVX-VNNI (only where this CPU has avx_vnni)
+  int8-avx2      built with -march=x86-64-v3: AVX2, exact vpmaddubsw products
+  fbgemm-avx2    torch.ops.quantized.linear_dynamic (per-channel int8 weight, 7-bit activations as AVX2 needs) with
+                 FBGEMM_ENABLE_INSTRUCTIONS=AVX2
+A cell is the fastest of --calls calls in microseconds (the machine may be shared: the minimum is the least
+disturbed). On an AVX-512 CPU the AVX2 columns are AVX2 builds running on it, not an AVX2 CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+# candidate -> (environment of its child, what it times)
+CANDIDATES = {
+    "panels-avx512": ({}, "panels"), "panels-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "panels"),
+    "F.linear-avx2": (TORCH_AVX2, "f.linear"), "onednn-avx2": (TORCH_AVX2, "onednn"),
+    "int8-avx512": ({}, "int8"), "int8-avxvnni": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "alderlake"}, "int8"),
+    "int8-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "int8"), "fbgemm-avx2": (TORCH_AVX2, "fbgemm")}
+# (rows, K, N): decode steps of 1, 8 and 32 rows on a Marian/BART-size model's linears and a 58000-word head, and
+# one 512-row prefill
+SHAPES = [(rows, k, n) for rows in (1, 8, 32) for k, n in ((512, 512), (2048, 512), (512, 2048), (768, 3072),
+                                                           (512, 58000))] + [(512, 768, 768)]
+EVICT_BYTES = 96 * 1024 * 1024      # three times the 32 MiB L3 of the machines this ran on
+
+
+def _fbgemm(x, weight):
+    """fbgemm's dynamic int8 linear on the per-channel int8 weight, activations quantized to 7 bits (reduce_range)."""
+    import warnings
+
+    import torch
+
+    from seq2seq_engine.models.int8 import quantize_weight
+    qweight, scale = quantize_weight(weight)
+    torch.backends.quantized.engine = "fbgemm"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qtensor = torch._make_per_channel_quantized_tensor(qweight, scale.double(),
+                                                           torch.zeros_like(scale, dtype=torch.int64), 0)
+    packed = torch.ops.quantized.linear_prepack(qtensor, None)
+    return lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
+
+
+def _kernel(kind: str, x, weight):
+    """A no-argument callable computing x W^T with `kind` (weights prepared outside the timing)."""
+    import torch.nn.functional as F
+    if kind == "panels":
+        from seq2seq_engine.kernels.native_linear import panel_linear, to_panels
+        panels = to_panels(weight)
+        return lambda: panel_linear(x, panels, weight.shape[0])
+    if kind == "int8":
+        from seq2seq_engine.kernels.native_int8 import int8_panel_linear, to_int8_panels
+        from seq2seq_engine.models.int8 import quantize_weight
+        packed = to_int8_panels(*quantize_weight(weight))
+        return lambda: int8_panel_linear(x, packed)
+    if kind == "f.linear":
+        return lambda: F.linear(x, weight)
+    if kind == "onednn":
+        from seq2seq_engine.models.packed_linear import PackedLinear
+        layer = PackedLinear(weight, panels=False)
+        return lambda: layer(x)
+    return _fbgemm(x, weight)
+
+
+def _isa(kind: str) -> str:
+    if kind == "panels":
+        from seq2seq_engine.kernels.native_linear import panel_linear_isa
+        return panel_linear_isa()
+    if kind == "int8":
+        from seq2seq_engine.kernels.native_int8 import int8_linear_isa
+        return int8_linear_isa()
+    return "torch"
+
+
+def worker(kind: str, calls: int, cold: bool, threads: int, quick: bool) -> None:
+    """Times every shape with one kernel in this process; prints {"isa":..., "times": [us per shape]} as JSON."""
+    import seq2seq_engine  # noqa: F401,I001 - its OpenMP defaults before torch
+
+    # isort: split
+    import torch
+    torch.set_num_threads(threads)
+    evict = torch.ones(EVICT_BYTES // 4) if cold else None
+    times = []
+    for rows, k, n in SHAPES[:1] if quick else SHAPES:
+        generator = torch.Generator().manual_seed(rows * 7 + k + n)
+        weight = torch.randn(n, k, generator=generator) * k ** -0.5
+        run = _kernel(kind, torch.randn(rows, k, generator=generator), weight)
+        run()
+        best = float("inf")
+        for _ in range(calls):
+            if evict is not None:
+                evict.add_(1.0)
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        times.append(best * 1e6)
+    print(json.dumps({"isa": _isa(kind), "times": times}))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", default=",".join(CANDIDATES), help="comma list (see above)")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cold", action="store_true", help="read 96 MiB before every timed call")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.calls = 3
+    if args.worker:
+        worker(args.worker, args.calls, args.cold, args.threads, args.quick)
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from machine import cpu_description
+    print(f"{cpu_description()}\nthreads={args.threads} calls={args.calls} cold={args.cold}\n")
+    columns = {}
+    for name in args.candidates.split(","):
+        env, kind = CANDIDATES[name]
+        command = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--calls", str(args.calls),
+                   "--threads", str(args.threads)] + ["--cold"] * args.cold + ["--quick"] * args.quick
+        result = subprocess.run(command, cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True)
+        if result.returncode != 0:
+            print(f"{name}: failed\n{result.stderr[-2000:]}")
+            continue
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        columns[f"{name} ({report['isa']})" if kind in ("panels", "int8") else name] = report["times"]
+    print("| rows | K -> N | " + " | ".join(columns) + " |")
+    print("|---:|---|" + "---:|" * len(columns))
+    for index, (rows, k, n) in enumerate(SHAPES[:len(next(iter(columns.values()), []))]):
+        print(f"| {rows} | {k} -> {n} | " + " | ".join(f"{times[index]:.0f}" for times in columns.values()) + " |")
+
+
+if __name__ == "__main__":
+    main()
