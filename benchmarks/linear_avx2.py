@@ -8,6 +8,9 @@ Every candidate runs in its own child process, since both the kernels' build tar
 read once per process) and torch's instruction-set caps (read when torch loads) are per process:
   panels-avx512  the float32 panel kernel (kernels/native_linear.py) built for this CPU (-march=native)
   panels-avx2    the same kernel built with -march=x86-64-v3: its AVX2 + FMA code path
+  bf16w-avx512   the panel kernel on bfloat16 weight panels (to_panels(weight, dtype=torch.bfloat16)), widened to
+                 float32 as loaded: half the weight bytes; built for this CPU
+  bf16w-avx2     the same built with -march=x86-64-v3
   F.linear-avx2  torch F.linear with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
   onednn-avx2    oneDNN's linear on a weight reordered once (the engine's other float32 packing), same caps
   int8-avx512    the int8 panel kernel (kernels/native_int8.py) built for this CPU (AVX-512 VNNI where it has it)
@@ -32,6 +35,7 @@ TORCH_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "
 # candidate -> (environment of its child, what it times)
 CANDIDATES = {
     "panels-avx512": ({}, "panels"), "panels-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "panels"),
+    "bf16w-avx512": ({}, "bf16w"), "bf16w-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "bf16w"),
     "F.linear-avx2": (TORCH_AVX2, "f.linear"), "onednn-avx2": (TORCH_AVX2, "onednn"),
     "int8-avx512": ({}, "int8"), "int8-avxvnni": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "alderlake"}, "int8"),
     "int8-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "int8"), "fbgemm-avx2": (TORCH_AVX2, "fbgemm")}
@@ -61,10 +65,11 @@ def _fbgemm(x, weight):
 
 def _kernel(kind: str, x, weight):
     """A no-argument callable computing x W^T with `kind` (weights prepared outside the timing)."""
+    import torch
     import torch.nn.functional as F
-    if kind == "panels":
+    if kind in ("panels", "bf16w"):
         from seq2seq_engine.kernels.native_linear import panel_linear, to_panels
-        panels = to_panels(weight)
+        panels = to_panels(weight, dtype=torch.bfloat16 if kind == "bf16w" else torch.float32)
         return lambda: panel_linear(x, panels, weight.shape[0])
     if kind == "int8":
         from seq2seq_engine.kernels.native_int8 import int8_panel_linear, to_int8_panels
@@ -81,7 +86,7 @@ def _kernel(kind: str, x, weight):
 
 
 def _isa(kind: str) -> str:
-    if kind == "panels":
+    if kind in ("panels", "bf16w"):
         from seq2seq_engine.kernels.native_linear import panel_linear_isa
         return panel_linear_isa()
     if kind == "int8":
@@ -142,7 +147,7 @@ def main(argv=None) -> None:
             print(f"{name}: failed\n{result.stderr[-2000:]}")
             continue
         report = json.loads(result.stdout.strip().splitlines()[-1])
-        columns[f"{name} ({report['isa']})" if kind in ("panels", "int8") else name] = report["times"]
+        columns[f"{name} ({report['isa']})" if kind in ("panels", "bf16w", "int8") else name] = report["times"]
     print("| rows | K -> N | " + " | ".join(columns) + " |")
     print("|---:|---|" + "---:|" * len(columns))
     for index, (rows, k, n) in enumerate(SHAPES[:len(next(iter(columns.values()), []))]):

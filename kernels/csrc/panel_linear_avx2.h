@@ -17,6 +17,16 @@
 #define TILE_VECTORS 4
 #define PANEL_LINEAR_ISA "avx2"
 
+/* The 8 weights from element `index` of a panel as floats: float32, or bfloat16 widened (its bits shifted left by 16
+ * are the float32 of the same value) where `bf16`. */
+ALWAYS_INLINE __m256 load_weights(const char *panel, int64_t index, const int bf16) {
+    if (bf16) {
+        const __m128i half = _mm_loadu_si128((const __m128i *)(panel + 2 * index));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+    }
+    return _mm256_loadu_ps((const float *)panel + index);
+}
+
 /* Adds the bias to the [rows x cols] accumulators and stores them (masked past cols). */
 ALWAYS_INLINE void store_tile(__m256 acc[TILE_ROWS][TILE_VECTORS], const int rows, const float *bias, float *out,
                               int64_t out_stride, int64_t cols) {
@@ -38,9 +48,9 @@ ALWAYS_INLINE void store_tile(__m256 acc[TILE_ROWS][TILE_VECTORS], const int row
 
 /* Outputs [rows x cols] (cols <= PANEL) of one panel for the rows of x starting at `x`; meanwhile `prefetch_lines`
  * cache lines from `prefetch` go to L2, spread evenly over the k steps. */
-ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const float *panel,
+ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, int64_t k_size, const char *panel,
                               const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
-                              const char *prefetch, int64_t prefetch_lines) {
+                              const char *prefetch, int64_t prefetch_lines, const int bf16) {
     __m256 acc[TILE_ROWS][TILE_VECTORS];
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < TILE_VECTORS; v++) acc[r][v] = _mm256_setzero_ps();
@@ -49,7 +59,7 @@ ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, 
         for (credit += prefetch_lines; credit >= k_size; credit -= k_size)
             _mm_prefetch(prefetch + issued++ * LINE_BYTES, _MM_HINT_T1);
         __m256 w[TILE_VECTORS];
-        for (int v = 0; v < TILE_VECTORS; v++) w[v] = _mm256_loadu_ps(panel + k * PANEL + 8 * v);
+        for (int v = 0; v < TILE_VECTORS; v++) w[v] = load_weights(panel, k * PANEL + 8 * v, bf16);
         for (int r = 0; r < rows; r++) {
             const __m256 value = _mm256_broadcast_ss(x + r * x_stride + k);
             for (int v = 0; v < TILE_VECTORS; v++) acc[r][v] = _mm256_fmadd_ps(value, w[v], acc[r][v]);
@@ -61,9 +71,9 @@ ALWAYS_INLINE void panel_tile(const float *x, int64_t x_stride, const int rows, 
 
 /* Every row of x against one panel, TILE_ROWS rows at a time (the row count is a constant in each copy), each tile
  * prefetching its share of the `next_lines` lines at `next`. */
-static void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panel,
-                        int panels, const float *bias, float *out, int64_t out_stride, int64_t cols, int activation,
-                        const float *next, int64_t next_lines) {
+ALWAYS_INLINE void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const char *panel,
+                               int panels, const float *bias, float *out, int64_t out_stride, int64_t cols,
+                               int activation, const char *next, int64_t next_lines, const int bf16) {
     (void)panels;
     const int64_t num_tiles = (num_rows + TILE_ROWS - 1) / TILE_ROWS;
     const int64_t lines_per_tile = (next_lines + num_tiles - 1) / num_tiles;
@@ -72,17 +82,17 @@ static void panel_group(const float *x, int64_t x_stride, int64_t num_rows, int6
         float *out_rows = out + first * out_stride;
         const int64_t first_line = first / TILE_ROWS * lines_per_tile;
         const int64_t lines = first_line >= next_lines ? 0 : min64(next_lines - first_line, lines_per_tile);
-        const char *prefetch = (const char *)next + first_line * LINE_BYTES;
+        const char *prefetch = next + first_line * LINE_BYTES;
 #define TILE_CASE(n) \
     case n: \
         panel_tile(x_rows, x_stride, n, k_size, panel, bias, out_rows, out_stride, cols, activation, prefetch, \
-                   lines); \
+                   lines, bf16); \
         break;
         switch (min64(num_rows - first, TILE_ROWS)) {
             TILE_CASE(1) TILE_CASE(2)
             default:
                 panel_tile(x_rows, x_stride, TILE_ROWS, k_size, panel, bias, out_rows, out_stride, cols, activation,
-                           prefetch, lines);
+                           prefetch, lines, bf16);
         }
 #undef TILE_CASE
     }

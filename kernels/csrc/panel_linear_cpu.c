@@ -16,6 +16,10 @@
  * decode step keeps many requests in flight instead of waiting on each group's first tile.
  * An activation (relu, silu, gelu in its erf form) is applied to each tile while it is in L1, after the bias.
  * Every output sums its K products in k order in one accumulator, so a row's result does not depend on the tile.
+ * `panel_linear_bf16w` reads the same panels with bfloat16 elements (half the bytes streamed per decode step, for
+ * CPUs without bfloat16 matmul instructions): each weight vector is widened to float32 in registers as it is loaded
+ * (exact: a bfloat16 is the top half of a float32), x, bias and output stay float32, and the sums run in the same
+ * order, so its result is the float32 kernel's on the widened weight, bit for bit.
  * `panel_linear_isa` names the code path built; without AVX-512F or AVX2 + FMA at build time it is "none",
  * `panel_linear_supported` returns 0 and the front end keeps oneDNN's path.
  */
@@ -23,7 +27,6 @@
 
 #define PANEL 32
 #define LINE_BYTES 64
-#define PANEL_ROW_LINES (PANEL * 4 / LINE_BYTES)
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -41,11 +44,13 @@ int panel_linear_supported(void) { return 1; }
 const char *panel_linear_isa(void) { return PANEL_LINEAR_ISA; }
 
 /* out [num_rows, n_size] (row stride out_stride) = activation(x [num_rows, k_size] (row stride x_stride) W^T + bias)
- * (bias may be NULL; activation one of the enum in tile_activation.h); panels as described above. */
-void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
-                      int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
-                      int num_threads) {
+ * (bias may be NULL; activation one of the enum in tile_activation.h); panels as described above, of float32
+ * elements, or of bfloat16 ones where `bf16` (a constant in each copy). */
+ALWAYS_INLINE void panel_linear(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const char *panels,
+                                int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
+                                int num_threads, const int bf16) {
     const int64_t num_panels = (n_size + PANEL - 1) / PANEL;
+    const int64_t panel_bytes = k_size * PANEL * (bf16 ? 2 : 4);
     const int64_t panels_per_group = group_panels(num_rows);
     const int64_t num_groups = (num_panels + panels_per_group - 1) / panels_per_group;
 #pragma omp parallel for num_threads(num_threads) schedule(static)
@@ -55,9 +60,9 @@ void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_
         const int64_t next_panel = first_panel + panels_here;
         const int64_t next_panels = min64(panels_per_group, num_panels - next_panel);
         const int64_t cols = min64(n_size - first_col, panels_here * PANEL);
-        panel_group(x, x_stride, num_rows, k_size, panels + first_panel * k_size * PANEL, (int)panels_here,
+        panel_group(x, x_stride, num_rows, k_size, panels + first_panel * panel_bytes, (int)panels_here,
                     bias ? bias + first_col : 0, out + first_col, out_stride, cols, activation,
-                    panels + next_panel * k_size * PANEL, next_panels * k_size * PANEL_ROW_LINES);
+                    panels + next_panel * panel_bytes, next_panels * panel_bytes / LINE_BYTES, bf16);
     }
 }
 
@@ -67,11 +72,26 @@ int panel_linear_supported(void) { return 0; }
 
 const char *panel_linear_isa(void) { return "none"; }
 
-void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
-                      int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
-                      int num_threads) {
+static inline void panel_linear(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size,
+                                const char *panels, int64_t n_size, const float *bias, int activation, float *out,
+                                int64_t out_stride, int num_threads, const int bf16) {
     (void)x, (void)x_stride, (void)num_rows, (void)k_size, (void)panels, (void)n_size, (void)bias, (void)activation,
-        (void)out, (void)out_stride, (void)num_threads;
+        (void)out, (void)out_stride, (void)num_threads, (void)bf16;
 }
 
 #endif
+
+void panel_linear_f32(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const float *panels,
+                      int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
+                      int num_threads) {
+    panel_linear(x, x_stride, num_rows, k_size, (const char *)panels, n_size, bias, activation, out, out_stride,
+                 num_threads, 0);
+}
+
+/* The same on panels of bfloat16 weights (uint16 bit patterns), widened to float32 as they are loaded. */
+void panel_linear_bf16w(const float *x, int64_t x_stride, int64_t num_rows, int64_t k_size, const uint16_t *panels,
+                        int64_t n_size, const float *bias, int activation, float *out, int64_t out_stride,
+                        int num_threads) {
+    panel_linear(x, x_stride, num_rows, k_size, (const char *)panels, n_size, bias, activation, out, out_stride,
+                 num_threads, 1);
+}

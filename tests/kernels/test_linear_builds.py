@@ -1,8 +1,9 @@
 """The native linear kernels built for other targets than this CPU (SEQ2SEQ_ENGINE_NATIVE_MARCH, in a subprocess:
-load_library builds once per process): x86-64-v3 (AVX2 + FMA: the float32 AVX2 tiles and the exact vpmaddubsw int8
-tiles), alderlake (AVX2 + AVX-VNNI: the ymm vpdpbusd int8 tiles) and x86-64 (no SIMD path: both report "none" and
-unavailable, so callers keep oneDNN and fbgemm). Each AVX2 build passes the same tests as this CPU's own build,
-against F.linear and the integer reference, and reports its code path."""
+load_library builds once per process): x86-64-v3 (AVX2 + FMA: the AVX2 panel tiles on float32 and bfloat16 weights
+and the exact vpmaddubsw int8 tiles), alderlake (AVX2 + AVX-VNNI: the ymm vpdpbusd int8 tiles) and x86-64 (no SIMD
+path: both report "none" and unavailable, so callers keep oneDNN and fbgemm). Each AVX2 build passes the same tests
+as this CPU's own build (the bfloat16-weight panels bit for bit against the float32 ones), against F.linear and the
+integer reference, and reports its code path."""
 import os
 import platform
 import subprocess

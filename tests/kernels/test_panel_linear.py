@@ -1,8 +1,8 @@
 """The native panel linear kernel (kernels/native_linear.py, csrc/panel_linear_cpu.c) against F.linear on random
 inputs: every row-tile size of its AVX-512 and AVX2 tiles, output widths off the 32-column panel, odd depths, strided
-rows, with and without bias, each activation; a row's result does not depend on how many rows share the call. The
-code path built is the one this CPU's flags (or SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call
-for."""
+rows, with and without bias, each activation; a row's result does not depend on how many rows share the call. Its
+bfloat16-weight panels give the float32 kernel's bits on the weight rounded to bfloat16. The code path built is the
+one this CPU's flags (or SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call for."""
 import os
 
 import pytest
@@ -30,6 +30,17 @@ def test_to_panels_lays_out_column_panels_padded_with_zeros():
     assert torch.equal(panels[0], weight[:32].t())
 
 
+def test_bfloat16_panels_hold_the_weight_rounded_as_torch_rounds_it():
+    weight = _randn(0, 37, 5)
+    rounded = weight.to(torch.bfloat16)
+    for source in (weight, rounded):
+        panels = to_panels(source, dtype=torch.bfloat16)
+        assert panels.dtype == torch.bfloat16 and panels.shape == (2, 5, PANEL_WIDTH) and panels.is_contiguous()
+        assert torch.equal(panels[0], rounded[:32].t()) and torch.equal(panels[1, :, :5], rounded[32:].t())
+        assert not panels[1, :, 5:].any()
+    assert torch.equal(to_panels(rounded), to_panels(rounded.float()))
+
+
 def test_the_build_reports_the_code_path_of_its_target():
     march = os.environ.get("SEQ2SEQ_ENGINE_NATIVE_MARCH", "").strip() or "native"
     flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
@@ -53,13 +64,35 @@ def test_panel_linear_matches_f_linear(rows, out_features, in_features, bias):
 
 
 @needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, 8, 13, 64, 100])
+@pytest.mark.parametrize("out_features,in_features", [(80, 33), (300, 257)])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu"])
+@pytest.mark.parametrize("strided", [False, True])
+def test_bfloat16_panels_give_the_float32_kernels_bits_on_the_rounded_weight(rows, out_features, in_features, bias,
+                                                                             activation, strided):
+    """The bfloat16 tiles widen each weight vector exactly and sum as the float32 tiles do."""
+    weight, b = _randn(20, out_features, in_features), _randn(21, out_features) if bias else None
+    wide = _randn(22, rows, in_features + 9)
+    x = wide[:, 5:5 + in_features] if strided else wide[:, 5:5 + in_features].contiguous()
+    widened = weight.to(torch.bfloat16).float()
+    got = panel_linear(x, to_panels(weight, dtype=torch.bfloat16), out_features, b, activation)
+    assert got.dtype == torch.float32 and got.shape == (rows, out_features)
+    assert torch.equal(got, panel_linear(x, to_panels(widened), out_features, b, activation))
+    expected = F.linear(x.double(), widened.double(), None if b is None else b.double()).float()
+    function = {None: lambda y: y, "relu": F.relu, "silu": F.silu, "gelu": F.gelu}[activation]
+    torch.testing.assert_close(got, function(expected), rtol=1e-5, atol=1e-5 * in_features ** 0.5)
+
+
+@needs_kernel
 @pytest.mark.parametrize("out_features", [45, 96, 300])
-def test_a_rows_output_is_the_same_bits_in_every_batch_size(out_features):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_rows_output_is_the_same_bits_in_every_batch_size(out_features, dtype):
     """With AVX-512 few rows run in 8 x 32 tiles and many in 6 x 64 tiles, with AVX2 in 3 x 32 tiles and their
     1- and 2-row copies: all sum over K in the same order, so a request's tokens do not depend on how many others
     share its step."""
     weight, bias, x = _randn(13, out_features, 200), _randn(14, out_features), _randn(15, 131, 200)
-    panels = to_panels(weight)
+    panels = to_panels(weight, dtype=dtype)
     together = panel_linear(x, panels, out_features, bias)
     for first in range(0, 131, 5):
         alone = panel_linear(x[first:first + 5], panels, out_features, bias)
@@ -107,7 +140,11 @@ def test_panel_linear_refuses_inputs_that_do_not_fit():
         panel_linear(_randn(7, 24, 3).t(), panels, 40)               # columns not contiguous
     with pytest.raises(ValueError, match=r"bias must be float32 \[40\]"):
         panel_linear(_randn(7, 3, 24), panels, 40, _randn(8, 39))
-    with pytest.raises(ValueError, match="2-d float32 weight"):
+    with pytest.raises(ValueError, match="2-d float32 or bfloat16 weight"):
         to_panels(_randn(9, 4, 4).double())
+    with pytest.raises(ValueError, match="panels are float32 or bfloat16, not torch.float16"):
+        to_panels(_randn(9, 4, 4), dtype=torch.float16)
+    with pytest.raises(ValueError, match="does not fit torch.float16 panels"):
+        panel_linear(_randn(7, 3, 24), panels.half(), 40)
     with pytest.raises(ValueError, match="activation 'gelu_new' is not one of"):
         panel_linear(_randn(7, 3, 24), panels, 40, activation="gelu_new")
