@@ -38,8 +38,12 @@ def _native_or_torch(library: str, native: str, torch_path: str) -> str:
 
 def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
     """(what, kernel) rows: which kernel each layer role x dtype and each engine operation runs on this CPU."""
-    bf16 = ("torch bfloat16 matmuls (native bf16)" if platform.native_bf16
-            else "computed in float32: no native bf16 here")
+    if platform.native_bf16:
+        bf16 = "torch bfloat16 matmuls (native bf16)"
+    elif float32_packing(decode_step=True) == "panels":
+        bf16 = f"bfloat16 weights on the native panel kernel ({panel_linear_isa()}), computed in float32"
+    else:
+        bf16 = "computed in float32 on bfloat16-rounded weights (no native bf16 here)"
     attention = paged_attention_isa()
     return [
         ("float32 linear, decode step", _float32_linear(decode_step=True)),

@@ -59,10 +59,12 @@ class PackedLinear(nn.Module):
     counts in the model's bytes): panels for the native kernel where it is available, else oneDNN's reordered
     weight. Float32 CPU inputs only (F.linear would refuse others against a float32 weight too). With
     `keep_weight`, `.weight` still names the weight (a tied head's embedding matrix, shared); `panels` picks the
-    packing (None: panels where the kernel is available)."""
+    packing (None: panels where the kernel is available). `weight_dtype` bfloat16 rounds the weight to bfloat16:
+    the panels then hold it in bfloat16 (half the bytes; the kernel widens each vector as it loads it), oneDNN's
+    copy holds the rounded values in float32; inputs, bias and outputs stay float32."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, keep_weight: bool = True,
-                 panels: Optional[bool] = None) -> None:
+                 panels: Optional[bool] = None, weight_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
             raise ValueError(f"PackedLinear takes a 2-d float32 CPU weight, got {weight.dtype} {tuple(weight.shape)} "
@@ -73,8 +75,13 @@ class PackedLinear(nn.Module):
         self.panels = float32_packing() == "panels" if panels is None else panels
         if self.panels and not panel_linear_available():
             raise ValueError(f"the native panel linear kernel is not available here ({PACKING_NEEDS['panels']})")
-        packed = to_panels(weight.detach()) if self.panels else torch.ops.mkldnn._reorder_linear_weight(
-            weight.detach())
+        if weight_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"PackedLinear keeps float32 or bfloat16 weights, not {weight_dtype}")
+        self.weight_dtype = weight_dtype
+        if self.panels:
+            packed = to_panels(weight.detach(), dtype=weight_dtype)
+        else:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(weight_dtype).float())
         self.register_buffer("packed_weight", packed, persistent=False)
 
     def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None,
@@ -106,7 +113,8 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"{'panels' if self.panels else 'oneDNN prepacked'}")
+                f"{'panels' if self.panels else 'oneDNN prepacked'}, "
+                f"weights {str(self.weight_dtype).replace('torch.', '')}")
 
 
 def linear_then_activation(layer: nn.Module, activation: str, activation_fn: Callable, x: torch.Tensor):
@@ -135,7 +143,7 @@ def decode_step_linears(model: nn.Module) -> Set[int]:
     return found
 
 
-def pack_logits_head(model: nn.Module) -> bool:
+def pack_logits_head(model: nn.Module, weight_dtype: torch.dtype = torch.float32) -> bool:
     """Give a float32 CPU model's logits projection a PackedLinear (its own nn.Linear, or the tied embedding
     matrix through ``set_lm_head``); False where the model has no such head or no packing is available. The head
     runs once per decode step: it gets the decode-step packing."""
@@ -153,7 +161,7 @@ def pack_logits_head(model: nn.Module) -> bool:
         return False
     bias = None if bias is None else bias.detach()
     model.set_lm_head(PackedLinear(weight.detach(), bias, keep_weight=tied is not None,
-                                   panels=float32_packing(decode_step=True) == "panels"))
+                                   panels=float32_packing(decode_step=True) == "panels", weight_dtype=weight_dtype))
     return True
 
 
@@ -165,7 +173,8 @@ def float_weight_linears(model: nn.Module) -> Set[int]:
             if child_name in getattr(module, "float_weight_linears", ())}
 
 
-def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None) -> int:
+def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None,
+                 weight_dtype: torch.dtype = torch.float32) -> int:
     """Replace every float32 CPU nn.Linear inside `module` but the float_weight_linears by a PackedLinear without
     the plain weight (the packed copy takes its place, so memory stays the same), in place; returns how many were
     replaced. The linears whose
@@ -178,14 +187,15 @@ def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None) -> i
             return None
         bias = None if linear.bias is None else linear.bias.detach()
         panels = float32_packing(decode_step=id(linear) in decode_step) == "panels"
-        return PackedLinear(linear.weight.detach(), bias, keep_weight=False, panels=panels)
+        return PackedLinear(linear.weight.detach(), bias, keep_weight=False, panels=panels, weight_dtype=weight_dtype)
     return replace_linears(module, packed)
 
 
-def pack_float32_model(model: nn.Module) -> int:
-    """Run a float32 CPU model's linear layers and logits head on packed weights, in place; returns how many layers
-    were packed (0 where no packing is available or SEQ2SEQ_ENGINE_PACKED_LINEAR=0)."""
+def pack_float32_model(model: nn.Module, weight_dtype: torch.dtype = torch.float32) -> int:
+    """Run a float32 CPU model's linear layers and logits head on packed weights (kept in `weight_dtype`: float32,
+    or bfloat16 computed in float32), in place; returns how many layers were packed (0 where no packing is
+    available or SEQ2SEQ_ENGINE_PACKED_LINEAR=0)."""
     if not packed_linear_available():
         return 0
     decode_step = decode_step_linears(model)
-    return int(pack_logits_head(model)) + pack_linears(model, decode_step)
+    return int(pack_logits_head(model, weight_dtype)) + pack_linears(model, decode_step, weight_dtype)

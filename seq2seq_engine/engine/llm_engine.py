@@ -92,10 +92,12 @@ class LLMEngine:
         # converted HF directory.
         model_dir = resolve_model_path(args.model)
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        weight_dtype = torch_dtype(args.dtype)
         args = _with_compute_dtype(args)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
-        model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization)
+        model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization,
+                              linear_weight_dtype=weight_dtype)
         tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
         return cls(config, model, tokenizer, args.gpu_memory_utilization,
                    GenerationDefaults.from_model_dir(model_dir))
@@ -247,6 +249,6 @@ def _with_compute_dtype(args: EngineArgs) -> EngineArgs:
     dtype = current_platform("cpu").compute_dtype(args.dtype)
     if dtype == args.dtype:
         return args
-    logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s",
-                args.dtype, dtype)
+    logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s, "
+                "its linear layers keep %s weights where they run on the panel kernel", args.dtype, dtype, args.dtype)
     return dataclasses.replace(args, dtype=dtype)

@@ -73,10 +73,12 @@ def load_config(model_dir: Union[str, os.PathLike]):
 
 
 def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32,
-               device: Union[str, torch.device] = "cpu", quantization: Optional[str] = None):
+               device: Union[str, torch.device] = "cpu", quantization: Optional[str] = None,
+               linear_weight_dtype: Optional[torch.dtype] = None):
     """(model, hf_config): the engine model for the directory's architecture, weights loaded, cast to `dtype`,
     moved to `device`, in eval mode; with quantization="int8" its Linear layers then run in int8
-    (seq2seq_engine.models.int8)."""
+    (seq2seq_engine.models.int8). A float32 CPU model's linears run on packed weights, kept in
+    `linear_weight_dtype` (float32 by default; bfloat16 computed in float32)."""
     model_dir = os.fspath(model_dir)
     hf_config = load_config(model_dir)
     model_class = resolve_model_class(getattr(hf_config, "architectures", None))
@@ -94,5 +96,5 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
         quantize_model(model, quantization)
     elif dtype == torch.float32 and torch.device(device).type == "cpu":
         from seq2seq_engine.models.packed_linear import pack_float32_model
-        pack_float32_model(model)
+        pack_float32_model(model, linear_weight_dtype or torch.float32)
     return model, hf_config

@@ -129,5 +129,5 @@ class CpuPlatform:
                 "isa flags": info.isa_flags,
                 "kernel level": self.isa + ("" if isa_cap() == "auto" else f" (capped by {ISA_ENV})"),
                 "native march": self.native_march(),
-                "bfloat16": "native" if self.native_bf16 else "computed in float32 (no AVX512_BF16/AMX here)",
+                "bfloat16": "native" if self.native_bf16 else "bf16 weights computed in float32 (no AVX512_BF16/AMX)",
                 "int8 dot product": self.int8_dot}

@@ -17,7 +17,7 @@ from seq2seq_engine.models.utils import get_activation
 pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="neither the panel kernel nor oneDNN here")
 # both packings, each where it is available
 LAYOUTS = [pytest.param(True, id="panels", marks=pytest.mark.skipif(not panel_linear_available(),
-                                                                    reason="no AVX-512 panel kernel")),
+                                                                    reason="the panel kernel did not build here")),
            pytest.param(False, id="onednn", marks=pytest.mark.skipif(not onednn_linear_available(),
                                                                      reason="torch built without oneDNN"))]
 
@@ -187,3 +187,19 @@ def test_decode_step_linears_are_the_decoders_but_its_cross_attention_kv(arch, t
     cross_kv = [name for name in in_decoder if name.split(".")[-1] in ("kv_proj", "kv")]
     assert names == set(in_decoder) - set(cross_kv) and len(names) >= 8 and cross_kv
     assert any(".encoder." in f".{name}." for name in linears)
+
+
+@pytest.mark.parametrize("panels", LAYOUTS)
+@pytest.mark.parametrize("rows", [1, 9, 70])
+def test_bfloat16_weights_compute_the_float32_layer_of_the_rounded_weight(rows, panels):
+    """weight_dtype=bfloat16 rounds the weight once; the panels keep it in bfloat16 (half the bytes) and widen it
+    exactly, so the output is the float32 layer's on the rounded weight, bit for bit."""
+    weight, bias, x = _randn(0, 333, 70) * 0.1, _randn(1, 333), _randn(2, rows, 70)
+    layer = PackedLinear(weight, bias, panels=panels, weight_dtype=torch.bfloat16)
+    rounded = PackedLinear(weight.to(torch.bfloat16).float(), bias, panels=panels)
+    assert torch.equal(layer(x, activation="gelu"), rounded(x, activation="gelu"))
+    assert layer.packed_weight.dtype == (torch.bfloat16 if panels else torch.float32)
+    assert "weights bfloat16" in repr(layer)
+    torch.testing.assert_close(layer(x), F.linear(x, weight.to(torch.bfloat16).float(), bias), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="float32 or bfloat16 weights, not torch.float16"):
+        PackedLinear(weight, panels=panels, weight_dtype=torch.float16)

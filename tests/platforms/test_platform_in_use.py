@@ -10,6 +10,8 @@ import torch
 from hf_reference import build_tiny_model
 
 from seq2seq_engine import LLM, SamplingParams
+from seq2seq_engine.kernels.native_linear import panel_linear_available
+from seq2seq_engine.models.packed_linear import PackedLinear
 from seq2seq_engine.platforms import current_platform
 from seq2seq_engine.platforms.cpu_policy import ISA_ENV
 
@@ -41,8 +43,16 @@ def _platform_lines(lines):
     return [line[line.index("platform cpu:"):] for line in lines if "platform cpu:" in line]
 
 
-def test_bfloat16_computes_in_float32_without_native_bf16_and_says_so(tmp_path, avx2_cap, caplog, capfd):
-    model_dir, _ = build_tiny_model("bart", tmp_path)
+def _bf16_exact_model(tmp_path):
+    """A tiny BART whose every weight is a bfloat16 value, so rounding the weights to bfloat16 changes nothing."""
+    model_dir, model = build_tiny_model("bart", tmp_path)
+    model.to(torch.bfloat16).to(torch.float32).save_pretrained(model_dir)
+    return model_dir
+
+
+def test_bfloat16_keeps_bf16_linear_weights_and_computes_in_float32_without_native_bf16(tmp_path, avx2_cap, caplog,
+                                                                                         capfd):
+    model_dir = _bf16_exact_model(tmp_path)
     with caplog.at_level(logging.INFO, logger="seq2seq_engine"):
         llm, tokens = _generate(model_dir, "bfloat16")
     lines = _log_lines(caplog, capfd)
@@ -50,6 +60,11 @@ def test_bfloat16_computes_in_float32_without_native_bf16_and_says_so(tmp_path, 
     assert {p.dtype for p in model.parameters()} <= {torch.float32}
     assert llm.llm_engine.kv_cache_dtype == torch.float32
     assert any("dtype bfloat16 has no native support on this CPU" in line for line in lines)
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    assert packed and all(m.weight_dtype == torch.bfloat16 for m in packed)
+    if panel_linear_available():    # the panels hold the weights in bfloat16: half the bytes
+        assert all(m.packed_weight.dtype == torch.bfloat16 for m in packed)
+    # the panel kernel widens bf16 weights exactly, so the float32 run of the same (bf16-valued) weights matches
     assert tokens == _generate(model_dir, "float32")[1]
     line = _platform_lines(lines)[0]
     assert "kernel level avx2 (capped by SEQ2SEQ_ENGINE_CPU_ISA)" in line and "float32 linear, decode step:" in line
@@ -85,6 +100,6 @@ def test_env_under_an_avx2_cap_reports_the_avx2_paths():
     out = _env_report(SEQ2SEQ_ENGINE_CPU_ISA="avx2")
     assert "kernel level          avx2 (capped by SEQ2SEQ_ENGINE_CPU_ISA)" in out
     assert "native march          x86-64-v3" in out
-    assert "computed in float32: no native bf16 here" in out
+    assert "bfloat16 weights on the native panel kernel (avx2), computed in float32" in out
     assert "SEQ2SEQ_ENGINE_CPU_ISA      avx2" in out
     assert "paged decode attention            native (portable)" in out or "torch gather" in out
