@@ -50,8 +50,8 @@ def _bf16_exact_model(tmp_path):
     return model_dir
 
 
-def test_bfloat16_keeps_bf16_linear_weights_and_computes_in_float32_without_native_bf16(tmp_path, avx2_cap, caplog,
-                                                                                         capfd):
+def test_bfloat16_keeps_bf16_linear_weights_and_computes_in_float32_without_native_bf16(
+        tmp_path, avx2_cap, caplog, capfd):
     model_dir = _bf16_exact_model(tmp_path)
     with caplog.at_level(logging.INFO, logger="seq2seq_engine"):
         llm, tokens = _generate(model_dir, "bfloat16")
