@@ -134,9 +134,20 @@ def test_vad_backends_quick_agree_with_the_modules_own_forward():
         assert float(r["max abs diff vs jit-frames"]) < 1e-4
 
 
-def test_step_times_quick_reports_prefill_and_decode_steps():
+def test_profile_step_quick_splits_a_prefill_and_a_decode_step_into_categories():
+    stdout = run_script("profile_step.py", "--workload", "decoder")
+    assert stdout.startswith("argv: ") and " UTC" in stdout and "cpu " in stdout
+    titles = re.findall(r"^(first prefill step \(128 of the 4 x 32 prompt tokens.*|decode step \(batch 4\)): "
+                        r"([0-9.]+) ms$", stdout, re.M)
+    assert len(titles) == 2 and all(float(ms) > 0 for _, ms in titles), stdout
+    for label in ("linear (weights)", "logits projection", "attention", "sampler", "prepare_inputs", "rest"):
+        assert len(re.findall(r"^  " + re.escape(label) + r" +-?[0-9.]+ ms +-?[0-9.]+%$", stdout, re.M)) == 2, label
+    assert re.search(r"decode linear layers \+ logits: [0-9.]+ GFLOP at [0-9.]+ GFLOP/s", stdout), stdout
+
+
+def test_profile_step_wall_quick_reports_prefill_and_decode_steps():
     require_model("smollm2-135m")
-    stdout = run_script("step_times.py")
+    stdout = run_script("profile_step.py", "--mode", "wall")
     prefill = re.search(r"prefill step: ([0-9.]+) s", stdout)
     decode = re.search(r"decode steps: median ([0-9.]+) ms, min ([0-9.]+), max ([0-9.]+) over (\d+) steps", stdout)
     assert prefill and decode, stdout
@@ -144,9 +155,9 @@ def test_step_times_quick_reports_prefill_and_decode_steps():
     assert 0 < float(decode.group(2)) <= float(decode.group(1)) <= float(decode.group(3))
 
 
-def test_decode_step_quick_times_every_row_count_on_each_packing():
+def test_profile_step_linears_quick_times_every_row_count_on_each_packing():
     from seq2seq_engine.kernels.native_linear import panel_linear_available
-    stdout = run_script("decode_step.py")
+    stdout = run_script("profile_step.py", "--mode", "linears")
     assert re.search(r"### quick: one decode step's linears \((\d+) MB", stdout), stdout
     lines = [line for line in stdout.splitlines() if re.match(r"\| \d+ \|", line)]
     assert [line.split("|")[1].strip() for line in lines] == ["1", "9"]
@@ -163,10 +174,10 @@ def test_decode_step_quick_times_every_row_count_on_each_packing():
             assert "panels skipped" in stdout and cells[-1] == ""
 
 
-def test_decode_step_shapes_are_a_whole_decoder_step():
+def test_profile_step_linears_shapes_are_a_whole_decoder_step():
     """T5-base: 12 layers of self q/k/v, self out, cross q, cross out, gated wi, wo, then the 32128-token head."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from decode_step import step_shapes
+    from profile_step import step_shapes
     shapes = step_shapes("t5")
     assert len(shapes) == 12 * 6 + 1 and shapes[-1] == (768, 32128)
     assert sum(k * n for k, n in shapes) * 4 == 12 * 4 * (768 * (2304 + 3 * 768 + 4096) + 2048 * 768) + 4 * 768 * 32128
