@@ -1,5 +1,5 @@
 """quantization="int8" on real weights: whisper-base in int8 transcribes the bundled clear English clips as float32
-does, through int8 Linear layers; and benchmarks/int8_matmul.py --quick (AVX-512 and the AVX2 stand-in)."""
+does, through int8 Linear layers; and benchmarks/linear_kernels.py --quick (AVX-512 and the AVX2 stand-in)."""
 import glob
 import importlib.util
 import os
@@ -55,7 +55,7 @@ def test_whisper_base_int8_transcribes_clear_clips_as_float32(whisper_base):
 
 
 def _bench(*args):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "int8_matmul.py"), "--quick",
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "linear_kernels.py"), "--quick",
                              "--threads", "1", *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout

@@ -1,14 +1,20 @@
-"""Time per Linear matmul: float32 (MKL and oneDNN), bfloat16 and torch's int8 CPU kernels, on the models' shapes.
+"""Linear kernels vs libraries: per shape (float32, bfloat16, int8), or a workload's float32 matmuls alone vs HF.
 
-    .venv/bin/python benchmarks/int8_matmul.py                     # whisper-base shapes, 5 interleaved rounds
-    .venv/bin/python benchmarks/int8_matmul.py --models whisper,bart,smollm2 --rounds 9
-    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
-    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --cold --candidates float32-onednn,float32-panels
-    .venv/bin/python benchmarks/int8_matmul.py --models marian,t5 --cold --candidates int8-panels,int8-fbgemm
-    .venv/bin/python benchmarks/int8_matmul.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
-    .venv/bin/python benchmarks/int8_matmul.py --quick             # smoke run: two small shapes, one round
+    .venv/bin/python benchmarks/linear_kernels.py                     # whisper-base shapes, 5 interleaved rounds
+    .venv/bin/python benchmarks/linear_kernels.py --models whisper,bart,smollm2 --rounds 9
+    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
+    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --cold --candidates float32-onednn,float32-panels
+    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --cold --candidates int8-panels,int8-fbgemm
+    .venv/bin/python benchmarks/linear_kernels.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
+    .venv/bin/python benchmarks/linear_kernels.py --quick             # smoke run: two small shapes, one round
+    .venv/bin/python benchmarks/linear_kernels.py --mode floor        # SmolLM2-135M, 64 chat prompts, 128 new tokens
+    .venv/bin/python benchmarks/linear_kernels.py --mode floor --rounds 3     # every engine 3 times, interleaved
+    .venv/bin/python benchmarks/linear_kernels.py --mode floor --quick        # smoke run: 8 prompts, 16 new tokens
+    .venv/bin/python benchmarks/linear_kernels.py --mode builds --cold        # AVX2 builds vs AVX-512, 1 thread
+    .venv/bin/python benchmarks/linear_kernels.py --mode builds --quick       # smoke run: one small shape, 3 calls
 
-Candidates (y = x W^T + b, float32 x of `rows` x K, W of N x K):
+--mode shapes (the default): one table, a row per shape of `--models`, a column per candidate (y = x W^T + b,
+float32 x of `rows` x K, W of N x K):
   float32        F.linear (MKL sgemm)
   float32-onednn the engine's PackedLinear on oneDNN: its linear on a weight reordered once (what float32 CPU models
                  run where the panel kernel is missing)
@@ -31,6 +37,35 @@ single call over all rounds (the machine is shared: the minimum is the least dis
 three times the last-level cache before every timed call pushes the weights out of the caches, as in a decode step,
 where a whole model's weights pass through them (without it, repeated calls find a small weight in cache). "err" is
 the largest |y - y_float32| over the largest |y_float32| on random inputs, the error the quantization adds.
+
+--mode floor: how fast could an engine on this engine's float32 matmuls run workload (c) (throughput.py smollm2)?
+`floor` replays only the weight matmuls this engine performs for it through the loaded model's own packed float32
+linears (F.linear with SEQ2SEQ_ENGINE_PACKED_LINEAR=0): its fused q/k/v and gate/up shapes, the same prompt packing
+into steps and rows per decode step, the logits projection on one row per request and step, random activations and
+nothing between them (no attention, norms, sampler or Python bookkeeping). `floor-kv` adds, per decode step, one
+read of every cached K/V byte the step's attention must read: the DRAM traffic no decode attention can avoid. The
+candidates (default floor,floor-kv,hf,ours) each run in their own child process (common.py), `--rounds` times
+interleaved. HF wall / floor wall is the largest speed-up over HF that matmuls at this float32 rate allow;
+ours - floor is the time this engine spends outside the weight matmuls. Decoder-only models only.
+
+--mode builds: the native kernels' AVX2 and AVX-VNNI builds against their AVX-512 build and torch capped at AVX2,
+on decode (1, 8, 32 rows) and prefill (512 rows) shapes. Every candidate runs in its own child process, since both
+the kernels' build target (SEQ2SEQ_ENGINE_NATIVE_MARCH, read once per process) and torch's instruction-set caps
+(read when torch loads) are per process; --cold reads 96 MiB before every timed call:
+  panels-avx512  the float32 panel kernel (kernels/native_linear.py) built for this CPU (-march=native)
+  panels-avx2    the same kernel built with -march=x86-64-v3: its AVX2 + FMA code path
+  bf16w-avx512   the panel kernel on bfloat16 weight panels (to_panels(weight, dtype=torch.bfloat16)), widened to
+                 float32 as loaded: half the weight bytes; built for this CPU
+  bf16w-avx2     the same built with -march=x86-64-v3
+  F.linear-avx2  torch F.linear with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+  onednn-avx2    oneDNN's linear on a weight reordered once (the engine's other float32 packing), same caps
+  int8-avx512    the int8 panel kernel (kernels/native_int8.py) built for this CPU (AVX-512 VNNI where it has it)
+  int8-avxvnni   built with -march=alderlake: AVX2 + AVX-VNNI (only where this CPU has avx_vnni)
+  int8-avx2      built with -march=x86-64-v3: AVX2, exact vpmaddubsw products
+  fbgemm-avx2    torch.ops.quantized.linear_dynamic (per-channel int8 weight, 7-bit activations as AVX2 needs) with
+                 FBGEMM_ENABLE_INSTRUCTIONS=AVX2
+A cell is the fastest of --calls calls in microseconds. On an AVX-512 CPU the AVX2 columns are AVX2 builds running
+on it, not an AVX2 CPU.
 """
 from __future__ import annotations
 
@@ -41,12 +76,21 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from linear_builds import BUILD_CANDIDATES  # noqa: E402
+from linear_candidates import CANDIDATES, build  # noqa: E402
+
+FLOOR_ENGINES = ("floor", "floor-kv", "hf", "ours")
 
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
             "ATEN_CPU_CAPABILITY": "avx2"}
-CANDIDATES = ("float32", "float32-onednn", "float32-panels", "bfloat16", "int8-panels", "int8-fbgemm",
-              "int8-fbgemm-pt", "int8-onednn", "int8-intmm", "w8-bf16", "torchao")
+# mode: the defaults of the options it reads; what --quick sets
+DEFAULTS = {"shapes": dict(candidates=",".join(CANDIDATES), rounds=5, calls=3, threads=2),
+            "floor": dict(candidates=",".join(FLOOR_ENGINES), rounds=1, calls=0, threads=2),
+            "builds": dict(candidates=",".join(BUILD_CANDIDATES), rounds=0, calls=20, threads=1)}
+QUICK = {"shapes": dict(models="quick", rounds=1, calls=1), "floor": {}, "builds": dict(calls=3)}
 # bytes read before each --cold call: three times the last-level cache (at least 96 MiB, three times the 32 MiB L3
 # of the AMD VMs; the Intel Xeon VMs report 300 MiB)
 MIN_EVICT_BYTES = 96 * 1024 * 1024
@@ -74,89 +118,30 @@ SHAPES: Dict[str, List[Tuple[str, int, int, int]]] = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="whisper", help=f"comma list of {', '.join(SHAPES)}")
-    parser.add_argument("--candidates", default=",".join(CANDIDATES), help="comma list (see above)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; each times every candidate")
-    parser.add_argument("--calls", type=int, default=3, help="timed calls per candidate and round")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--cold", action="store_true", help="evict the caches before every timed call (see above)")
+    parser.add_argument("--mode", choices=sorted(DEFAULTS), default="shapes")
+    parser.add_argument("--candidates", "--engines", dest="candidates", default=None,
+                        help="comma list (see above); default: every one of the mode's")
+    parser.add_argument("--threads", type=int, default=None, help="default: 1 with --mode builds, else 2")
+    parser.add_argument("--cold", action="store_true", help="shapes, builds: evict the caches before every timed "
+                        "call (see above)")
+    parser.add_argument("--calls", type=int, default=None, help="shapes: timed calls per candidate and round "
+                        "(default 3); builds: timed calls per shape (default 20)")
     parser.add_argument("--avx2", action="store_true", help="re-run in a child with " +
                         " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()) + " (a CPU without AVX-512/BF16/VNNI)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: two small shapes, one round, one call")
+    parser.add_argument("--quick", action="store_true", help="smoke run: shapes two small shapes, one round, one "
+                        "call; floor 8 prompts, 16 new tokens; builds one small shape, 3 calls")
+    parser.add_argument("--rounds", type=int, default=None, help="shapes, floor: interleaved rounds, each timing "
+                        "every candidate (default: shapes 5, floor 1: a fresh child process per engine and round)")
+    parser.add_argument("--models", default="whisper", help=f"shapes: comma list of {', '.join(SHAPES)}")
+    parser.add_argument("--repeat", type=int, default=1, help="floor: timed runs per engine; the fastest counts")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # builds: the child timing one candidate
     args = parser.parse_args(argv)
+    for name, value in DEFAULTS[args.mode].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
-        args.models, args.rounds, args.calls = "quick", 1, 1
+        vars(args).update(QUICK[args.mode])
     return args
-
-
-# ------------------------------------------------------------------------------------------- candidates
-def _quantized(weight):
-    from seq2seq_engine.models.int8 import quantize_weight
-    return quantize_weight(weight)
-
-
-def _onednn(x, weight, bias) -> Callable:
-    import torch
-    qweight, scale = _quantized(weight)
-    packed = torch.ops.onednn.qlinear_prepack(qweight, list(x.shape))
-    zeros = torch.zeros(weight.shape[0], dtype=torch.int64)
-
-    def run():
-        low, high = torch.aminmax(x)
-        low, high = min(low.item(), 0.0), max(high.item(), 0.0)
-        x_scale = max(high - low, 1e-8) / 255.0
-        zero_point = int(round(-low / x_scale))
-        qx = torch.clamp(torch.round(x / x_scale) + zero_point, 0, 255).to(torch.uint8)
-        return torch.ops.onednn.qlinear_pointwise(qx, x_scale, zero_point, packed, scale, zeros, bias, 1.0, 0,
-                                                  torch.float32, "none", [], "")
-    return run
-
-
-def _intmm(x, weight, bias) -> Callable:
-    import torch
-    qweight, scale = _quantized(weight)
-    qweight_t = qweight.t()
-
-    def run():
-        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127.0
-        qx = torch.round(x / x_scale).to(torch.int8)
-        return torch._int_mm(qx, qweight_t) * x_scale * scale + bias
-    return run
-
-
-def _torchao(x, weight, bias) -> Callable:
-    import torch
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-    linear = torch.nn.Linear(weight.shape[1], weight.shape[0])
-    with torch.no_grad():
-        linear.weight.copy_(weight)
-        linear.bias.copy_(bias)
-    quantize_(linear, Int8DynamicActivationInt8WeightConfig())
-    return lambda: linear(x)
-
-
-def build(name: str, x, weight, bias) -> Callable:
-    """A no-argument callable computing x W^T + b with candidate `name` (weights prepared outside the timing)."""
-    import torch
-    import torch.nn.functional as F
-    if name == "float32":
-        return lambda: F.linear(x, weight, bias)
-    if name in ("float32-onednn", "float32-panels"):
-        from seq2seq_engine.models.packed_linear import PackedLinear
-        layer = PackedLinear(weight, bias, keep_weight=False, panels=name == "float32-panels")
-        return lambda: layer(x)
-    if name == "bfloat16":
-        xb, wb, bb = x.bfloat16(), weight.bfloat16(), bias.bfloat16()
-        return lambda: F.linear(xb, wb, bb)
-    if name in ("int8-panels", "int8-fbgemm", "int8-fbgemm-pt"):
-        from seq2seq_engine.models.int8 import Int8Linear
-        layer = Int8Linear(weight, bias, per_row=name != "int8-fbgemm-pt", native=name == "int8-panels")
-        return lambda: layer(x)
-    if name == "w8-bf16":
-        qweight, scale = _quantized(weight)
-        xb, sb, bb = x.bfloat16(), scale.bfloat16(), bias.bfloat16()
-        return lambda: torch._weight_int8pack_mm(xb, qweight, sb) + bb
-    return {"int8-onednn": _onednn, "int8-intmm": _intmm, "torchao": _torchao}[name](x, weight, bias)
 
 
 # ------------------------------------------------------------------------------------------- timing
@@ -224,18 +209,7 @@ def report(results: List[Tuple[Tuple[str, int, int, int], Dict[str, Tuple[float,
           + ", ".join(f"{name} {max(cells[name][1] for _, cells in results):.4f}" for name in names), flush=True)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.avx2:
-        child = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--avx2"]
-        return subprocess.run([sys.executable, os.path.abspath(__file__), *child],
-                              env={**os.environ, **AVX2_ENV}).returncode
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import seq2seq_engine  # noqa: F401 - first: its OpenMP defaults must precede torch
-
-    # isort: split
-    import torch
-    torch.set_num_threads(args.threads)
+def run_shapes(args: argparse.Namespace) -> int:
     names = [name for name in args.candidates.split(",") if name]
     unknown = [name for name in names if name not in CANDIDATES]
     if unknown:
@@ -260,6 +234,27 @@ def main(argv=None) -> int:
                   + ", ".join(f"{name} {ms:.3f} ms" for name, (ms, _) in results[-1][1].items()), flush=True)
     report(results, names)
     return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.avx2:  # the caps act when the libraries load: a child process that has not imported torch yet
+        child = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--avx2"]
+        return subprocess.run([sys.executable, os.path.abspath(__file__), *child],
+                              env={**os.environ, **AVX2_ENV}).returncode
+    if args.mode == "builds":
+        from linear_builds import run_builds, worker
+        return worker(args.worker, args.calls, args.cold, args.threads, args.quick) if args.worker else run_builds(args)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import seq2seq_engine  # noqa: F401 - first: its OpenMP defaults must precede torch
+
+    # isort: split
+    import torch
+    torch.set_num_threads(args.threads)
+    if args.mode == "floor":
+        from floor_replay import run_floor_mode
+        return run_floor_mode(args)
+    return run_shapes(args)
 
 
 if __name__ == "__main__":

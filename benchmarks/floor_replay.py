@@ -1,41 +1,22 @@
-"""How fast can an engine on this engine's float32 matmuls run workload (c)? Its weight matmuls alone, timed.
-
-    .venv/bin/python benchmarks/matmul_floor.py              # SmolLM2-135M, 64 chat prompts, 128 new tokens
-    .venv/bin/python benchmarks/matmul_floor.py --repeat 2   # fastest of two timed runs per engine
-    .venv/bin/python benchmarks/matmul_floor.py --rounds 3   # every engine 3 times, interleaved
-    .venv/bin/python benchmarks/matmul_floor.py --quick      # smoke run: 8 prompts, 16 new tokens
-
-"floor" replays only the weight matmuls this engine performs for the workload through the loaded model's own
-layers, the packed float32 linears (F.linear with SEQ2SEQ_ENGINE_PACKED_LINEAR=0): its fused q/k/v and
-gate/up shapes, the same prompt packing into steps and the same rows per decode step, the logits projection on one row
-per request and step, with random activations and nothing between them: no attention, norms, sampler or Python
-bookkeeping. "floor-kv" adds, per decode step, one read of every cached K/V byte the step's attention must read
-(a sum over that much of a float32 pool): the DRAM traffic no decode attention can avoid. Each runs next to HF
-`generate` and this engine, in its own child process (common.py). HF wall / floor wall is the largest speed-up
-over HF that matmuls at this float32 rate allow; ours - floor is the time this engine spends outside the
-weight matmuls. Decoder-only models only: the encoder/decoder workloads have no target the floor is needed for.
-"""
+"""The floors of linear_kernels.py --mode floor: a workload's float32 weight matmuls (and K/V reads) alone, timed."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import throughput  # noqa: E402
-import torch  # noqa: E402
-from common import (EngineRun, EngineSpec, add_timing_args, agreement, print_markdown, print_run_header,  # noqa: E402
-                    run_rounds, timed_run)
-from gen_engines import GenJob, run_hf, run_ours  # noqa: E402
+import throughput
+import torch
+from common import EngineRun, EngineSpec, agreement, print_markdown, print_run_header, run_rounds, timed_run
+from gen_engines import GenJob, run_hf, run_ours
 
-from seq2seq_engine.model_loader.loader import load_model  # noqa: E402
-from seq2seq_engine.models.packed_linear import PackedLinear  # noqa: E402
-from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens  # noqa: E402
+from seq2seq_engine.model_loader.loader import load_model
+from seq2seq_engine.models.packed_linear import PackedLinear
+from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens
 
 
 class Step(NamedTuple):
@@ -86,7 +67,7 @@ def _replay(layers: List[torch.nn.Module], head: torch.nn.Module, plan: List[Ste
 def run_floor(job: GenJob, with_kv_reads: bool = False) -> EngineRun:
     """The job's weight matmuls alone (and its decode K/V reads, with_kv_reads), at float32; no tokens."""
     if job.enc_dec:
-        raise ValueError("matmul_floor handles decoder-only models only")
+        raise ValueError("the floor handles decoder-only models only")
     torch.set_num_threads(job.threads)
     model, hf_config = load_model(job.model_dir, torch.float32)
     head = model.lm_head
@@ -133,13 +114,8 @@ def report(runs: Dict[str, EngineRun]) -> None:
     sys.stdout.flush()
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="floor,floor-kv,hf,ours", help="comma list of floor, floor-kv, hf, ours")
-    parser.add_argument("--threads", type=int, default=2)
-    add_timing_args(parser)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 8 prompts, 16 new tokens")
-    args = parser.parse_args(argv)
+def run_floor_mode(args: argparse.Namespace) -> int:
+    """linear_kernels.py --mode floor: SmolLM2-135M's chat workload through the floors, HF and this engine."""
     print_run_header(args.threads)
     job_args = throughput.parse_args(["--workload", "smollm2", "--threads", str(args.threads),
                                       "--repeat", str(args.repeat)] + (["--quick"] if args.quick else []))
@@ -148,17 +124,13 @@ def main(argv=None) -> int:
           f"{max(job.lengths)} new tokens each", flush=True)
     targets = {"floor": (run_floor, (job,)), "floor-kv": (run_floor, (job, True)), "hf": (run_hf, (job,)),
                "ours": (run_ours, (job, "float32"))}
-    unknown = [name for name in args.engines.split(",") if name not in targets]
+    unknown = [name for name in args.candidates.split(",") if name not in targets]
     if unknown:
         raise SystemExit(f"unknown engine {unknown[0]!r}: choose from {', '.join(targets)}")
-    specs = [EngineSpec(name, *targets[name]) for name in args.engines.split(",")]
+    specs = [EngineSpec(name, *targets[name]) for name in args.candidates.split(",")]
     failures: List[str] = []
     runs = {run.engine: run for run in run_rounds(specs, args.rounds, failures)}  # engine: floor, floor-kv, hf, ours
     report(runs)
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,29 +1,6 @@
-"""How fast are the native linear kernels' AVX2 builds, against their AVX-512 build and torch capped at AVX2?
-
-    .venv/bin/python benchmarks/linear_avx2.py                 # decode and prefill shapes, weights in cache
-    .venv/bin/python benchmarks/linear_avx2.py --cold          # the caches emptied before every timed call
-    .venv/bin/python benchmarks/linear_avx2.py --quick         # smoke run: one small shape, few calls
-
-Every candidate runs in its own child process, since both the kernels' build target (SEQ2SEQ_ENGINE_NATIVE_MARCH,
-read once per process) and torch's instruction-set caps (read when torch loads) are per process:
-  panels-avx512  the float32 panel kernel (kernels/native_linear.py) built for this CPU (-march=native)
-  panels-avx2    the same kernel built with -march=x86-64-v3: its AVX2 + FMA code path
-  bf16w-avx512   the panel kernel on bfloat16 weight panels (to_panels(weight, dtype=torch.bfloat16)), widened to
-                 float32 as loaded: half the weight bytes; built for this CPU
-  bf16w-avx2     the same built with -march=x86-64-v3
-  F.linear-avx2  torch F.linear with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
-  onednn-avx2    oneDNN's linear on a weight reordered once (the engine's other float32 packing), same caps
-  int8-avx512    the int8 panel kernel (kernels/native_int8.py) built for this CPU (AVX-512 VNNI where it has it)
-  int8-avxvnni   built with -march=alderlake: AVX2 + AVX-VNNI (only where this CPU has avx_vnni)
-  int8-avx2      built with -march=x86-64-v3: AVX2, exact vpmaddubsw products
-  fbgemm-avx2    torch.ops.quantized.linear_dynamic (per-channel int8 weight, 7-bit activations as AVX2 needs) with
-                 FBGEMM_ENABLE_INSTRUCTIONS=AVX2
-A cell is the fastest of --calls calls in microseconds (the machine may be shared: the minimum is the least
-disturbed). On an AVX-512 CPU the AVX2 columns are AVX2 builds running on it, not an AVX2 CPU.
-"""
+"""The candidates of linear_kernels.py --mode builds: a kernel build or a capped library, each in its own process."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -33,7 +10,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 # candidate -> (environment of its child, what it times)
-CANDIDATES = {
+BUILD_CANDIDATES = {
     "panels-avx512": ({}, "panels"), "panels-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "panels"),
     "bf16w-avx512": ({}, "bf16w"), "bf16w-avx2": ({"SEQ2SEQ_ENGINE_NATIVE_MARCH": "x86-64-v3"}, "bf16w"),
     "F.linear-avx2": (TORCH_AVX2, "f.linear"), "onednn-avx2": (TORCH_AVX2, "onednn"),
@@ -43,7 +20,7 @@ CANDIDATES = {
 # one 512-row prefill
 SHAPES = [(rows, k, n) for rows in (1, 8, 32) for k, n in ((512, 512), (2048, 512), (512, 2048), (768, 3072),
                                                            (512, 58000))] + [(512, 768, 768)]
-EVICT_BYTES = 96 * 1024 * 1024      # three times the 32 MiB L3 of the machines this ran on
+EVICT_BYTES = 96 * 1024 * 1024      # --cold: three times the 32 MiB L3 of the machines this ran on
 
 
 def _fbgemm(x, weight):
@@ -120,28 +97,19 @@ def worker(kind: str, calls: int, cold: bool, threads: int, quick: bool) -> None
     print(json.dumps({"isa": _isa(kind), "times": times}))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--candidates", default=",".join(CANDIDATES), help="comma list (see above)")
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cold", action="store_true", help="read 96 MiB before every timed call")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.calls = 3
-    if args.worker:
-        worker(args.worker, args.calls, args.cold, args.threads, args.quick)
-        return
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from machine import cpu_description
-    print(f"{cpu_description()}\nthreads={args.threads} calls={args.calls} cold={args.cold}\n")
+def run_builds(args) -> int:
+    """linear_kernels.py --mode builds: every candidate in its own child process (--worker), one table."""
+    from common import print_run_header
+    print_run_header(args.threads)
+    print(f"threads={args.threads} calls={args.calls} cold={args.cold}\n")
     columns = {}
     for name in args.candidates.split(","):
-        env, kind = CANDIDATES[name]
-        command = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--calls", str(args.calls),
-                   "--threads", str(args.threads)] + ["--cold"] * args.cold + ["--quick"] * args.quick
+        if name not in BUILD_CANDIDATES:
+            raise SystemExit(f"unknown candidate {name!r}: choose from {', '.join(BUILD_CANDIDATES)}")
+        env, kind = BUILD_CANDIDATES[name]
+        command = [sys.executable, os.path.join(ROOT, "benchmarks", "linear_kernels.py"), "--mode", "builds",
+                   "--worker", kind, "--calls", str(args.calls), "--threads", str(args.threads)]
+        command += ["--cold"] * args.cold + ["--quick"] * args.quick
         result = subprocess.run(command, cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True)
         if result.returncode != 0:
             print(f"{name}: failed\n{result.stderr[-2000:]}")
@@ -152,7 +120,4 @@ def main(argv=None) -> None:
     print("|---:|---|" + "---:|" * len(columns))
     for index, (rows, k, n) in enumerate(SHAPES[:len(next(iter(columns.values()), []))]):
         print(f"| {rows} | {k} -> {n} | " + " | ".join(f"{times[index]:.0f}" for times in columns.values()) + " |")
-
-
-if __name__ == "__main__":
-    main()
+    return 0
