@@ -53,6 +53,8 @@ class ModelConfig:
     skip_tokenizer_init: bool = False
     # Largest `logprobs` / `prompt_logprobs` a request may ask for (vLLM's default; each entry is a Python dict).
     max_logprobs: int = 20
+    # Whether the encoder takes audio (Whisper) rather than tokens; None: not known, prompts are not checked for it.
+    takes_audio: Optional[bool] = None
     hf_config: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -229,4 +231,5 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         pad_token_id=_first_token_id(getattr(hf_config, "pad_token_id", None)),
         default_decoder_prompt_has_bos=getattr(hf_config, "model_type", None) not in _START_ONLY_DECODER_PROMPT,
         dtype=dtype, quantization=quantization, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
-        max_logprobs=max_logprobs, hf_config=hf_config)
+        max_logprobs=max_logprobs, takes_audio=is_encoder_decoder and hasattr(hf_config, "num_mel_bins"),
+        hf_config=hf_config)

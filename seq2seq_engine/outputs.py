@@ -37,6 +37,8 @@ class RequestOutput:
     # With SamplingParams.prompt_logprobs: per decoder-prompt token, None for the first, then {token_id: logprob}
     # holding the prompt token and the top prompt_logprobs tokens (entries so far while the prompt is prefilling).
     prompt_logprobs: Optional[List[Optional[Dict[int, float]]]] = None
+    # Set when the request failed inside an engine step and was aborted (the other requests of the step went on).
+    error: Optional[str] = None
 
     @classmethod
     def from_seq_group(cls, seq_group: SequenceGroup) -> "RequestOutput":
@@ -65,5 +67,5 @@ class RequestOutput:
                    prompt_token_ids=list(seq_group.prompt_token_ids), outputs=outputs,
                    finished=seq_group.is_finished(), encoder_prompt=seq_group.encoder_prompt,
                    encoder_prompt_token_ids=seq_group.encoder_prompt_token_ids,
-                   ignored_reason=seq_group.ignored_reason,
+                   ignored_reason=seq_group.ignored_reason, error=seq_group.error,
                    prompt_logprobs=list(seq_group.prompt_logprobs) if seq_group.prompt_logprobs is not None else None)

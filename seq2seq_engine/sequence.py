@@ -102,6 +102,8 @@ class SequenceGroup:
         self.inputs = inputs
         self.priority = priority
         self.ignored_reason: Optional[str] = None
+        # why the request failed inside a step and was aborted (engine/step_isolation.py), else None
+        self.error: Optional[str] = None
         # A torch.Generator for a request with a seed, so its samples do not depend on the rest of the batch.
         self.generator: Optional[Any] = None
         # Set for a beam-search request: its spec and finished hypotheses (seq2seq_engine/sampling/beam_search.py).

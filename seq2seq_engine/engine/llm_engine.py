@@ -10,17 +10,17 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 import torch
 
-from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import DeviceConfig, EngineConfig, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
+from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
+from seq2seq_engine.engine.input_processor import InputProcessor
 from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.engine.step_isolation import execute_isolating_failures
 from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.generation_defaults import GenerationDefaults
-from seq2seq_engine.inputs.data import EncoderDecoderInputs
-from seq2seq_engine.inputs.preprocess import InputPreprocessor
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
@@ -29,7 +29,6 @@ from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.platforms import current_platform
 from seq2seq_engine.platforms.cpu_memory import release_free_memory, tune_malloc
 from seq2seq_engine.platforms.startup_gc import collect_startup_garbage
-from seq2seq_engine.sampling.logits_processors import tokenize_bad_words
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import Sequence, SequenceGroup
@@ -59,7 +58,6 @@ class LLMEngine:
             tune_malloc()
         torch.manual_seed(self.model_config.seed)
         self.tokenizer = tokenizer
-        self.input_preprocessor = InputPreprocessor(self.model_config, tokenizer)
         self.kv_cache_dtype = torch_dtype(config.kv_cache_dtype)
         cache_config = self._sized_cache_config(config, model, gpu_memory_utilization)
         self.cache_config = cache_config
@@ -76,6 +74,8 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         # Request defaults from the model's generation_config.json (HF's defaults when there is none).
         self.generation_defaults = generation_defaults or GenerationDefaults()
+        self.input_processor = InputProcessor(self.model_config, self.scheduler_config, tokenizer,
+                                              self.generation_defaults)
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
             detokenizer, lambda: next(self._seq_ids))
@@ -128,28 +128,8 @@ class LLMEngine:
         best_of sequences sharing the prompt's blocks, of which the n most likely are returned. `params=None` takes
         the model's generation_config.json defaults (beam search if it sets num_beams > 1); a dict takes those
         defaults with the dict's fields overridden (e.g. {"max_tokens": 64, "beam_width": 1})."""
-        inputs = None
-        if params is None or isinstance(params, dict):
-            inputs = self.input_preprocessor.preprocess(prompt)
-            params = self.generation_defaults.request_params(
-                len(inputs.decoder.prompt_token_ids), self.model_config.max_model_len, **(params or {}))
-            # The file's lengths are capped to the model; an overridden max_tokens may not be.
-            self.input_preprocessor.check_decoder_length(inputs.decoder, params.max_tokens)
-        beam_params = None
-        if isinstance(params, BeamSearchParams):
-            self._check_beam_width(params)
-            beam_params, params = params, params.to_sampling_params()
-        elif not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams or BeamSearchParams, got {type(params).__name__}")
-        self._check_supported(params)
-        params = self._with_processor_token_ids(params)
-        if inputs is None:
-            inputs = self.input_preprocessor.preprocess(prompt, params)
-        inputs = self._audio_to_features(inputs)
-        prompt_len = len(inputs.decoder.prompt_token_ids)
-        if any(position >= prompt_len for position, _ in params.prompt_logits_hooks or []):
-            raise ValueError(f"prompt_logits_hooks name positions {[p for p, _ in params.prompt_logits_hooks]}; the "
-                             f"decoder prompt has {prompt_len} tokens (positions 0 to {prompt_len - 1})")
+        request = self.input_processor.process(prompt, params)
+        inputs, params, beam_params = request.inputs, request.params, request.beam_params
         eos, block_size = self.model_config.eos_token_id, self.cache_config.block_size
         decoder_seqs = [Sequence(next(self._seq_ids), inputs.decoder, block_size, eos) for _ in range(params.best_of)]
         encoder_seq = (Sequence(next(self._seq_ids), inputs.encoder, block_size)
@@ -162,50 +142,6 @@ class LLMEngine:
         if params.seed is not None:
             group.generator = make_generator(params.seed, self.device)
         self.scheduler.add_seq_group(group)
-
-    def _check_beam_width(self, params: BeamSearchParams) -> None:
-        max_beam_width = self.scheduler_config.max_beam_width
-        if params.beam_width > max_beam_width:
-            raise ValueError(f"beam_width={params.beam_width} exceeds max_beam_width={max_beam_width} "
-                             f"(an engine argument, at most max_num_seqs={self.scheduler_config.max_num_seqs})")
-
-    def _check_supported(self, params: SamplingParams) -> None:
-        """Options that this engine cannot honour fail loudly instead of being ignored."""
-        if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
-        max_num_seqs = self.scheduler_config.max_num_seqs
-        if params.best_of > max_num_seqs:
-            raise ValueError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
-                             f"sequences run in the same step")
-        max_logprobs = self.model_config.max_logprobs
-        for name in ("logprobs", "prompt_logprobs"):
-            value = getattr(params, name)
-            if value is not None and value > max_logprobs:
-                raise ValueError(f"{name}={value} exceeds max_logprobs={max_logprobs} (an engine argument)")
-
-    def _with_processor_token_ids(self, params: SamplingParams) -> SamplingParams:
-        """Tokenize `bad_words` (into a copy of the params) and check every token id against the vocabulary."""
-        if params.bad_words:
-            if self.tokenizer is None:
-                raise ValueError("bad_words need a tokenizer; this engine runs with skip_tokenizer_init=True "
-                                 "(pass token ids as bad_words_ids instead)")
-            params = dataclasses.replace(
-                params, _bad_words_token_ids=tokenize_bad_words(params.bad_words, self.tokenizer))
-        params.verify_token_ids(self.model_config.vocab_size)
-        return params
-
-    def _audio_to_features(self, inputs: EncoderDecoderInputs) -> EncoderDecoderInputs:
-        """Raw audio in an encoder prompt becomes Whisper log-mel features once, at admission."""
-        encoder = inputs.encoder
-        if encoder is None or not encoder.multi_modal_data or "audio" not in encoder.multi_modal_data:
-            return inputs
-        num_mel_bins = getattr(self.model_config.hf_config, "num_mel_bins", None)
-        if num_mel_bins is None:
-            raise ValueError(f"model {self.model_config.model!r} takes no audio (its config has no num_mel_bins)")
-        features = log_mel_spectrogram(load_audio(encoder.multi_modal_data["audio"]), n_mels=num_mel_bins,
-                                       n_samples=encoder_window_samples(self.model_config.max_encoder_len))
-        encoder = dataclasses.replace(encoder, multi_modal_data={"input_features": features})
-        return dataclasses.replace(inputs, encoder=encoder)
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
@@ -227,10 +163,12 @@ class LLMEngine:
         self.cache_engine.swap_out(scheduler_outputs.blocks_to_swap_out)
         self.cache_engine.swap_in(scheduler_outputs.blocks_to_swap_in)
         self.cache_engine.copy(scheduler_outputs.blocks_to_copy)
-        sampled_seq_ids, sampler_output = [], None
+        sampled_seq_ids, sampler_output, failed_groups = [], None, []
         if metadata_list:
-            sampled_seq_ids, sampler_output = self.model_runner.execute_model(metadata_list,
-                                                                              self.cache_engine.device_cache)
+            (sampled_seq_ids, sampler_output), failed = execute_isolating_failures(
+                lambda batch: self.model_runner.execute_model(batch, self.cache_engine.device_cache), metadata_list)
+            if failed:
+                scheduler_outputs, failed_groups = self._drop_failed(scheduler_outputs, failed)
         finished_seq_ids = self.output_processor.process(scheduler_outputs, sampled_seq_ids, sampler_output)
         self.scheduler.free_finished_seq_groups()
         self.model_runner.release_seqs(finished_seq_ids)
@@ -238,7 +176,19 @@ class LLMEngine:
             logger.warning("request %s ignored: %s", group.request_id, group.ignored_reason)
             self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
         groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + scheduler_outputs.ignored_seq_groups
-        return [RequestOutput.from_seq_group(group) for group in groups]
+        return [RequestOutput.from_seq_group(group) for group in groups + failed_groups]
+
+    def _drop_failed(self, scheduler_outputs: SchedulerOutputs, failed: Dict[str, str]):
+        """(the step's outputs without the failed requests, those requests): each aborted, its blocks returned,
+        its reason kept for its output."""
+        failed_groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups
+                         if s.seq_group.request_id in failed]
+        for group in failed_groups:
+            group.error = failed[group.request_id]
+            logger.error("request %s failed and was aborted: %s", group.request_id, group.error)
+        self.abort_request(list(failed))
+        kept = [s for s in scheduler_outputs.scheduled_seq_groups if s.seq_group.request_id not in failed]
+        return dataclasses.replace(scheduler_outputs, scheduled_seq_groups=kept), failed_groups
 
 
 def _with_compute_dtype(args: EngineArgs) -> EngineArgs:

@@ -81,8 +81,19 @@ class InputPreprocessor:
         self.check_decoder_length(decoder, max_tokens, "prompt")
         return EncoderDecoderInputs(decoder=decoder, encoder=None)
 
+    def _check_modality(self, encoder: ParsedSingletonPrompt) -> None:
+        """An audio model's encoder takes audio (or log-mel features) only; a text model's takes no audio."""
+        model, takes_audio = self.model_config.model, self.model_config.takes_audio
+        if takes_audio and not encoder.has_audio:
+            raise ValueError(f"model {model!r} transcribes audio: its encoder prompt needs multi_modal_data "
+                             f"{{'audio': (samples, sample_rate)}} or {{'input_features': ...}}, not text or token "
+                             f"ids (llm.transcribe(...) takes files and arrays)")
+        if encoder.has_audio and takes_audio is False:
+            raise ValueError(f"multi_modal_data: model {model!r} takes no audio (its config has no num_mel_bins)")
+
     def _encoder_inputs(self, encoder: ParsedSingletonPrompt, is_singleton_audio: bool) -> SingletonInputs:
         limit = self.model_config.max_source_positions
+        self._check_modality(encoder)
         if encoder.has_audio:
             text = None if is_singleton_audio else encoder.text
             return SingletonInputs(prompt_token_ids=[0] * limit, prompt=text,

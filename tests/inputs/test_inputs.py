@@ -23,7 +23,7 @@ def enc_dec_config(**overrides):
 
 def whisper_config():
     return enc_dec_config(model="tiny-whisper", max_source_positions=30, decoder_start_token_id=WHISPER_START,
-                          bos_token_id=None)
+                          bos_token_id=None, takes_audio=True)
 
 
 def dec_only_config(**overrides):
@@ -134,6 +134,22 @@ def test_audio_singleton_text_is_decoder_prompt(whisper, spm_bart_tokenizer):
     assert inputs.prompt_token_ids == [WHISPER_START] + spm_bart_tokenizer.encode("hello world",
                                                                                   add_special_tokens=False)
     assert inputs.prompt == "hello world" and inputs.decoder.multi_modal_data is None
+
+
+@pytest.mark.parametrize("prompt", [TEXT, {"prompt_token_ids": [7, 8]},
+                                    {"encoder_prompt": TEXT, "decoder_prompt": {"prompt_token_ids": [5]}}])
+def test_an_audio_model_refuses_an_encoder_prompt_without_audio(whisper, prompt):
+    with pytest.raises(ValueError, match="model 'tiny-whisper' transcribes audio: its encoder prompt needs "
+                                         "multi_modal_data"):
+        whisper.preprocess(prompt)
+
+
+def test_a_text_model_refuses_audio_and_an_unknown_one_is_not_checked(spm_tokenizer):
+    bart = InputPreprocessor(enc_dec_config(takes_audio=False), spm_tokenizer)
+    with pytest.raises(ValueError, match="multi_modal_data: model 'tiny-bart' takes no audio"):
+        bart.preprocess({"prompt": "hi", "multi_modal_data": {"audio": audio()}})
+    unknown = InputPreprocessor(enc_dec_config(max_source_positions=30), spm_tokenizer)
+    assert unknown.preprocess({"prompt": "hi", "multi_modal_data": {"audio": audio()}}).encoder.multi_modal_data
 
 
 def test_audio_singleton_tokens_is_decoder_prompt(whisper):

@@ -72,10 +72,13 @@ def token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def check_ignored(outputs: Iterable[Any]) -> None:
-    """A request the scheduler ignored (too long for the model or the KV pool) is the client's error."""
+    """A request the scheduler ignored (too long for the model or the KV pool) is the client's error; one that
+    failed inside an engine step (aborted alone, the others went on) is the server's."""
     for output in outputs:
         if output.ignored_reason:
             raise APIError(f"the request cannot run: {output.ignored_reason}", param="prompt")
+        if output.error:
+            raise APIError(f"the engine failed on this request: {output.error}", status=500)
 
 
 async def stream_choices(requests: Any, tracker: ChoiceTracker, head: Dict[str, Any], include_usage: bool, n: int,

@@ -94,3 +94,21 @@ def test_serve_refuses_names_that_do_not_match_the_models(argv, message, capsys)
     args = serve_cli.configure_parser(argparse.ArgumentParser()).parse_args(argv)
     assert serve_cli.run(args) == serve_cli.EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_a_completion_sent_to_the_whisper_model_fails_alone(server, client, clip):
+    """A text completion for the Whisper model is refused up front with a 400; the transcriptions in flight on the
+    same engine all finish with their text."""
+    def transcribe():
+        with open(clip, "rb") as handle:
+            return client.audio.transcriptions.create(model=AUDIO, file=handle).text
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        transcriptions = [pool.submit(transcribe) for _ in range(3)]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model=AUDIO, prompt=PROMPT, max_tokens=4)
+        texts = [future.result() for future in transcriptions]
+    assert "transcribes audio" in caught.value.body["message"]
+    assert all("fox" in text.lower() for text in texts) and len(set(texts)) == 1
+    state = wait_until_idle(server, AUDIO)
+    assert state["unfinished"] == 0 and state["free"] == state["total"]
