@@ -15,7 +15,7 @@ import torch
 
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.processors import OnlyTokens
-from seq2seq_engine.transcription.prompts import WhisperTokens
+from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
 
 
 def detection_params(tokens: WhisperTokens) -> SamplingParams:
@@ -45,7 +45,7 @@ def parse_detection(output: Any, tokens: WhisperTokens) -> Tuple[str, float]:
 def detect_language(llm: Any, audio: Sequence[Any], use_tqdm: bool = False) -> List[Tuple[str, float]]:
     """(language code, probability) for each input (path, array at 16 kHz, or (array, sample_rate)), detected on
     its first 30 s. English-only models return ("en", 1.0) without running the model."""
-    from seq2seq_engine.transcription.work_items import features_for, whisper_tokens_for
+    from seq2seq_engine.transcription.windows import features_for
 
     engine = getattr(llm, "llm_engine", llm)
     tokens = whisper_tokens_for(engine)

@@ -191,6 +191,16 @@ class WhisperTokens:
         return token_id >= self.timestamp_begin
 
 
+def whisper_tokens_for(engine: Any) -> WhisperTokens:
+    """The WhisperTokens of the engine's model (read once per transcribe call; no module-level cache)."""
+    model_config = engine.model_config
+    hf_config = model_config.hf_config
+    if getattr(hf_config, "num_mel_bins", None) is None:
+        raise ValueError(f"model {model_config.model!r} takes no audio (its config has no num_mel_bins): "
+                         f"transcription needs a Whisper model")
+    return WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
+
+
 def _special_vocab(tokenizer: Any) -> Dict[str, int]:
     """Token -> id for the added/special tokens the prompts need (unknown tokens are left out)."""
     wanted = (SOT, EOT, NO_TIMESTAMPS, TRANSCRIBE, TRANSLATE, START_OF_PREV, START_OF_LM, NO_SPEECH, NO_CAPTIONS)

@@ -16,7 +16,8 @@ import torch
 import transformers
 from conftest import require_model
 
-from seq2seq_engine.transcription import Segment, TranscriptionResult, job as job_module, pipeline as pipeline_module
+from seq2seq_engine.transcription import Segment, TranscriptionResult, pipeline as pipeline_module, result_assembler
+from seq2seq_engine.transcription.prompts import whisper_tokens_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,13 +66,13 @@ def _hf_generate(model, samples, prompt, max_new_tokens, **kwargs):
 def window_spy(monkeypatch):
     """Records the per-window tokens each transcribed input was stitched from."""
     calls = []
-    real = job_module.stitch
+    real = result_assembler.stitch
 
     def spy(windows, *args, **kwargs):
         calls.append([copy.deepcopy(w) for w in windows])
         return real(windows, *args, **kwargs)
 
-    monkeypatch.setattr(job_module, "stitch", spy)
+    monkeypatch.setattr(result_assembler, "stitch", spy)
     return calls
 
 
@@ -84,7 +85,7 @@ def _hf_retrieve_init_tokens(model, language, task, timestamps):
 
 
 def test_english_only_prompts_match_hf(tiny_dir, tiny_hf, tiny_llm):
-    tokens = job_module.whisper_tokens_for(tiny_llm.llm_engine)
+    tokens = whisper_tokens_for(tiny_llm.llm_engine)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
     assert not tokens.is_multilingual
     for timestamps in (False, True):
@@ -128,7 +129,7 @@ def test_transcribe_matches_hf_generate_and_isolates_bad_inputs(tmp_path, speech
     assert (results[5].text, results[5].segments, results[5].duration) == ("", [], 5.0)  # silence: not decoded
     assert not tiny_llm.llm_engine.has_unfinished_requests()
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
-    prompt = job_module.whisper_tokens_for(tiny_llm.llm_engine).prompt()
+    prompt = whisper_tokens_for(tiny_llm.llm_engine).prompt()
     for result, samples, windows in zip([results[0], results[2]], [fox, weather], window_spy):
         expected = _hf_generate(tiny_hf, samples, prompt, 64)
         assert len(expected) > 5
@@ -144,7 +145,7 @@ def test_timestamps_and_long_audio_windows_match_hf(speech, tiny_hf, tiny_llm, t
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [(fox, 16000), long_audio], timestamps=True,
                                          max_new_tokens=64, use_tqdm=False, temperature=0.0, vad_filter=False)
-    prompt = job_module.whisper_tokens_for(tiny_llm.llm_engine).prompt(timestamps=True)
+    prompt = whisper_tokens_for(tiny_llm.llm_engine).prompt(timestamps=True)
     expected = [_hf_generate(tiny_hf, samples, prompt, 64, return_timestamps=True, force_unique_generate_call=True)
                 for samples in (fox, weather)]
     assert [w.token_ids for w in window_spy[0]] == [expected[0]]
@@ -172,7 +173,7 @@ def test_condition_on_previous_text_matches_hf_prompt_ids(speech, tiny_hf, tiny_
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [long_audio], condition_on_previous_text=True,
                                          max_new_tokens=48, use_tqdm=False, temperature=0.0, vad_filter=False)
-    tokens = job_module.whisper_tokens_for(tiny_llm.llm_engine)
+    tokens = whisper_tokens_for(tiny_llm.llm_engine)
     first, second = window_spy[0]
     assert first.token_ids == _hf_generate(tiny_hf, fox, tokens.prompt(), 48)
     prompt_ids = [tokens.start_of_prev] + first.token_ids
@@ -190,7 +191,7 @@ def test_multilingual_prompts_and_language_detection_match_hf(base_dir, speech, 
     from seq2seq_engine import LLM
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(base_dir).eval()
     llm = LLM(base_dir, kv_cache_space_gb=0.4, swap_space_gb=0.01)  # room for all four requests at once
-    tokens = job_module.whisper_tokens_for(llm.llm_engine)
+    tokens = whisper_tokens_for(llm.llm_engine)
     tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
     assert tokens.is_multilingual and len(tokens.language_ids) == 99
     for language, task, timestamps in [("en", "transcribe", False), ("german", "translate", False),

@@ -11,7 +11,7 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription import job as job_module
+from seq2seq_engine.transcription.prompts import whisper_tokens_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +40,7 @@ def test_beam_search_windows_match_hf_english_only(tiny_dir, tiny_llm, window_to
     model_dir, llm = tiny_dir, tiny_llm
     clips = _clips(["en/counting.wav", "en/hello_world.wav", "en/quick_brown_fox.wav"])
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
-    prompt = job_module.whisper_tokens_for(llm.llm_engine).prompt(timestamps=timestamps)
+    prompt = whisper_tokens_for(llm.llm_engine).prompt(timestamps=timestamps)
     results = llm.transcribe([(c, 16000) for c in clips], beam_width=5, timestamps=timestamps, max_new_tokens=64,
                              use_tqdm=False, temperature=0.0)
     assert all(r.error is None for r in results)
@@ -56,7 +56,7 @@ def test_beam_search_windows_match_hf_multilingual_detected_language(window_toke
     clips = _clips(["es/pangrama.wav", "fr/comptage.wav", "ja/pangrama.wav", "en/counting.wav"])
     llm = LLM(model_dir, kv_cache_space_gb=0.4, swap_space_gb=0.01)
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
-    tokens = job_module.whisper_tokens_for(llm.llm_engine)
+    tokens = whisper_tokens_for(llm.llm_engine)
     results = llm.transcribe([(c, 16000) for c in clips], beam_width=4, max_new_tokens=64, use_tqdm=False,
                              temperature=0.0)
     assert [r.language for r in results] == ["es", "fr", "ja", "en"]

@@ -12,7 +12,7 @@ from conftest import require_model
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription import job as job_module
+from seq2seq_engine.transcription import result_assembler
 
 pytestmark = pytest.mark.usefixtures("one_thread", "no_leaked_blocks")
 pytest.importorskip("av")
@@ -68,13 +68,13 @@ def test_a_clipped_stream_in_sequential_beam_mode_equals_the_decoded_array(tiny_
         audio[start * SR:start * SR + len(fox)] = fox
     path = encode(tmp_path / "long.mp3", audio, SR, "mp3")
     stitched = []
-    real = job_module.stitch
+    real = result_assembler.stitch
 
     def spy(windows, *args, **kwargs):
         stitched.append([(w.offset, w.duration, list(w.token_ids)) for w in windows])
         return real(windows, *args, **kwargs)
 
-    monkeypatch.setattr(job_module, "stitch", spy)
+    monkeypatch.setattr(result_assembler, "stitch", spy)
     options = dict(clip_timestamps=(25.0, 70.0), condition_on_previous_text=True, beam_width=2, timestamps=True,
                    initial_prompt="A fox.", use_tqdm=False, vad_filter=False)
     streamed = tiny_llm.transcribe(path, **options)[0]

@@ -10,7 +10,8 @@ import transformers
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
-from seq2seq_engine.transcription import job as job_module
+from seq2seq_engine.transcription import result_assembler
+from seq2seq_engine.transcription.prompts import whisper_tokens_for
 
 pytestmark = pytest.mark.usefixtures("one_thread", "no_leaked_blocks")
 SR = 16000
@@ -58,8 +59,8 @@ def requests(llm, monkeypatch):
 def windows(monkeypatch):
     """Per transcribed input, the WindowTokens it was stitched from (silent windows included)."""
     calls = []
-    real = job_module.stitch
-    monkeypatch.setattr(job_module, "stitch", lambda w, *a, **k: calls.append(list(w)) or real(w, *a, **k))
+    real = result_assembler.stitch
+    monkeypatch.setattr(result_assembler, "stitch", lambda w, *a, **k: calls.append(list(w)) or real(w, *a, **k))
     return calls
 
 
@@ -176,7 +177,7 @@ def test_clip_timestamps_transcribe_only_the_clips(llm, hf, clips, windows):
                             use_tqdm=False, vad_filter=False)[0]
     clip = audio[30 * SR:36 * SR]
     assert [(w.offset, w.duration) for w in windows[0]] == [(30.0, 6.0)]
-    tokens = job_module.whisper_tokens_for(llm.llm_engine)
+    tokens = whisper_tokens_for(llm.llm_engine)
     assert windows[0][0].token_ids == _hf_greedy(hf, clip, tokens.prompt(timestamps=True), 224,
                                                  return_timestamps=True, force_unique_generate_call=True)
     assert "fox" in result.text and "one" not in result.text.lower() and "1" not in result.text

@@ -13,7 +13,7 @@ from conftest import require_speech_clips
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription import job as job_module
+from seq2seq_engine.transcription import result_assembler
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SR = 16000
@@ -46,7 +46,7 @@ def two_clips():
 def engine_spy(tiny_llm, monkeypatch):
     """The windows stitched per input, and the number of requests the engine was given."""
     seen = {"windows": [], "requests": 0}
-    real_stitch, real_add = job_module.stitch, tiny_llm.llm_engine.add_request
+    real_stitch, real_add = result_assembler.stitch, tiny_llm.llm_engine.add_request
 
     def stitch(windows, *args, **kwargs):
         seen["windows"].append(list(windows))
@@ -56,7 +56,7 @@ def engine_spy(tiny_llm, monkeypatch):
         seen["requests"] += 1
         return real_add(*args, **kwargs)
 
-    monkeypatch.setattr(job_module, "stitch", stitch)
+    monkeypatch.setattr(result_assembler, "stitch", stitch)
     monkeypatch.setattr(tiny_llm.llm_engine, "add_request", add_request)
     return seen
 

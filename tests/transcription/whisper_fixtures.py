@@ -4,7 +4,7 @@ KV block behind."""
 import pytest
 from conftest import require_model
 
-from seq2seq_engine.transcription import job as job_module
+from seq2seq_engine.transcription import result_assembler
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +22,13 @@ def tiny_llm(tiny_dir):
 def window_tokens(monkeypatch):
     """Per stitched input (in the order results are made), the token ids of each window it was stitched from."""
     calls = []
-    real = job_module.stitch
+    real = result_assembler.stitch
 
     def spy(windows, *args, **kwargs):
         calls.append([list(w.token_ids) for w in windows])
         return real(windows, *args, **kwargs)
 
-    monkeypatch.setattr(job_module, "stitch", spy)
+    monkeypatch.setattr(result_assembler, "stitch", spy)
     return calls
 
 
