@@ -7,6 +7,8 @@ Choices (documented because they affect numerics):
   webm, mp4/mkv audio tracks, ...) are decoded by FFmpeg through PyAV (``av_decode.py``): libsndfile's MP3 samples
   depend on the size of its reads (block reads of 1000 frames came back corrupt), so it cannot stream them.
 * Multi-channel audio is down-mixed by averaging the channels.
+* Float samples above full scale are scaled down to a peak of 1.0 (with a warning); NaN or infinite samples are
+  refused.
 * Resampling uses ``soxr`` with quality ``"HQ"`` (``soxr_hq``) and the output is padded or
   trimmed to ``ceil(n * target_sr / source_sr)`` samples.  This is exactly what
   ``transformers.audio_utils.load_audio(..., backend="soundfile")`` and ``librosa.load`` do.
@@ -18,6 +20,7 @@ Choices (documented because they affect numerics):
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 from typing import Any
@@ -25,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from .base import SAMPLE_RATE, AudioError
+
+logger = logging.getLogger(__name__)
 
 # libsndfile formats decoded by FFmpeg instead (see the module docstring), and the file extensions that name them
 # (libsndfile is not asked about those at all: its MPEG decoder prints to stderr on a bad file).
@@ -59,7 +64,7 @@ def _to_float32(arr: np.ndarray, name: str) -> np.ndarray:
             bad = int(out.size - np.count_nonzero(finite))
             what = "NaN" if np.isnan(out).any() else "infinite"
             raise AudioError(f"{name}: {bad} of {out.size} samples are {what} (non-finite values)")
-        return out
+        return _within_full_scale(out, name)
     if dt.kind in "iu":
         raise AudioError(
             f"{name}: unsupported integer dtype {dt} (full scale is ambiguous); "
@@ -68,6 +73,17 @@ def _to_float32(arr: np.ndarray, name: str) -> np.ndarray:
     raise AudioError(
         f"{name}: unsupported dtype {dt} (kind {dt.kind!r}); audio must be real float or integer PCM samples"
     )
+
+
+def _within_full_scale(samples: np.ndarray, name: str) -> np.ndarray:
+    """Float samples scaled down to a peak of 1.0 where they pass full scale (integer PCM passed as floats, a gain
+    error): Whisper's log-mel is not scale-invariant, and audio far above full scale decodes into garbage, slowly
+    (decisions §70). Samples within [-1, 1] are returned as they are."""
+    peak = float(np.max(np.abs(samples))) if samples.size else 0.0
+    if peak <= 1.0:
+        return samples
+    logger.warning("%s: samples reach %.3g, above full scale (1.0): scaled down by that peak", name, peak)
+    return (samples / np.float32(peak)).astype(np.float32, copy=False)
 
 
 def _to_mono(arr: np.ndarray, name: str, channels_first: bool | None) -> np.ndarray:

@@ -16,6 +16,7 @@ def write_atomic(path: str, text: str) -> None:
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.fchmod(handle, 0o666 & ~_umask())    # mkstemp makes 0600; an output file follows the umask, as open() does
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
@@ -24,6 +25,13 @@ def write_atomic(path: str, text: str) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_done(path: str, output_format: str) -> bool:

@@ -195,3 +195,18 @@ def test_split_into_windows():
     assert tuple(feats.shape) == (3, 80, N_FRAMES)
     with pytest.raises(ValueError):
         split_into_windows(x, window_s=0)
+
+
+@pytest.mark.parametrize("gain", [1.5, 32768.0, 1e6])
+def test_float_samples_above_full_scale_are_scaled_to_a_peak_of_one(gain, caplog):
+    x = sine(440.0, 0.5, amp=0.9)
+    with caplog.at_level("WARNING", logger="seq2seq_engine"):
+        loaded = load_audio((x * gain).astype(np.float32))
+    assert math.isclose(float(np.abs(loaded).max()), 1.0, rel_tol=1e-6)
+    np.testing.assert_allclose(loaded, x / np.abs(x).max(), rtol=1e-5, atol=1e-6)
+    assert "above full scale" in caplog.text
+
+
+def test_float_samples_within_full_scale_are_untouched():
+    x = (sine(300.0, 0.25) * 0.999).astype(np.float32)
+    assert np.array_equal(load_audio(x), x)

@@ -39,3 +39,17 @@ def test_bad_audio_is_a_clear_error_and_leaks_nothing(tmp_path):
     with pytest.raises(AudioError, match="NaN"):
         llm.generate({"prompt_token_ids": [3], "multi_modal_data": {"audio": (bad, 16000)}}, use_tqdm=False)
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+def test_audio_far_above_full_scale_transcribes_as_the_same_audio_at_full_scale():
+    """A clip scaled by 1e6 (integer-range floats, a gain error) decodes like the clip at a peak of 1.0, not into
+    garbage (whisper tiny.en, real weights)."""
+    import os
+
+    import soundfile as sf
+    from conftest import require_model, require_speech_clips
+    samples, rate = sf.read(os.path.join(require_speech_clips(), "en", "quick_brown_fox.wav"), dtype="float32")
+    llm = LLM(require_model("whisper-tiny.en"), kv_cache_space_gb=0.3)
+    loud, full_scale = llm.transcribe([(samples * np.float32(1e6), rate),
+                                       (samples / np.abs(samples).max(), rate)], use_tqdm=False)
+    assert loud.text == full_scale.text and "fox" in loud.text.lower()

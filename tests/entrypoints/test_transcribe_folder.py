@@ -123,3 +123,13 @@ def test_without_recursive_only_the_top_folder(folder, tmp_path):
     empty.mkdir()
     result = _run(str(empty), "--quiet")
     assert result.returncode == 2 and "no audio files in" in result.stderr
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_output_files_follow_the_umask(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        write_atomic(str(tmp_path / "out" / "a.txt"), "text")
+    finally:
+        os.umask(previous)
+    assert os.stat(tmp_path / "out" / "a.txt").st_mode & 0o777 == mode
