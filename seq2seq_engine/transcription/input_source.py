@@ -168,8 +168,8 @@ def samples_hint(source: Any) -> int:
         if isinstance(source, (str, os.PathLike)):
             return file_samples_hint(source)
         if isinstance(source, tuple) and len(source) == 2:
-            samples = np.asarray(source[0])
-            return math.ceil(max(samples.shape) * SAMPLE_RATE / int(source[1]))
+            samples, rate = np.asarray(source[0]), int(source[1])
+            return math.ceil(max(samples.shape) * SAMPLE_RATE / rate) if rate > 0 else 0
         if isinstance(source, (np.ndarray, torch.Tensor)):
             return int(max(source.shape))
     except Exception:  # noqa: BLE001 - a hint only; loading reports the real problem

@@ -70,6 +70,8 @@ class TranscriptionJob:
             if output.ignored_reason:
                 raise InputFailed(request.input_state,
                                   f"a request was ignored by the engine: {output.ignored_reason}")
+            if output.error:     # failed inside a step and aborted alone (engine/step_isolation.py)
+                raise InputFailed(request.input_state, f"the engine failed on a window: {output.error}")
             request.on_done(output)
         except InputFailed as failure:
             self._fail(failure.state, str(failure))

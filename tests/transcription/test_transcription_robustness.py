@@ -194,3 +194,14 @@ def test_seeded_sampling_is_reproducible(llm, clips):
     assert [s.temperature for s in first[0].segments] == [1.0]
     others = [llm.transcribe([(counting, SR)], seed=seed, **kwargs)[0].text for seed in (1, 2, 3)]
     assert len({first[0].text, *others}) > 1  # the seed changes the samples
+
+
+@pytest.mark.parametrize("rate", [-16000, 0])
+def test_a_bad_sample_rate_fails_its_input_alone_with_the_progress_bar_on(tiny_llm, clips, rate):
+    """A non-positive sample rate is that input's error, named; the other input transcribes and the bar runs."""
+    samples = next(iter(clips.values()))
+    bad, good = tiny_llm.transcribe([(samples, rate), (samples, 16000)], use_tqdm=True, temperature=0.0)
+    assert bad.error is not None and "sample rate must be a positive integer" in bad.error
+    assert good.error is None and good.text
+    [alone] = tiny_llm.transcribe([(samples, rate)], use_tqdm=True)
+    assert "sample rate must be a positive integer" in alone.error
