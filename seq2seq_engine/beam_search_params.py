@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS, SamplingParams, _check_int
+from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS, SamplingParams, _check_int, check_float
+
+# Scores divide by generated_len ** length_penalty in Python floats: beyond this, long hypotheses overflow or divide
+# by zero (HF's usual values lie in [0.5, 2]).
+MAX_LENGTH_PENALTY = 10.0
 
 
 @dataclasses.dataclass
@@ -50,12 +54,10 @@ class BeamSearchParams:
     def __post_init__(self) -> None:
         _check_int("beam_width", self.beam_width, 1)
         _check_int("max_tokens", self.max_tokens, 1)
-        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool):
-            raise TypeError(f"temperature must be a number, got {type(self.temperature).__name__}")
+        check_float("temperature", self.temperature)
         if self.temperature != 0:
-            raise ValueError(f"beam search is deterministic: temperature must be 0, got {self.temperature}")
-        if not isinstance(self.length_penalty, (int, float)) or isinstance(self.length_penalty, bool):
-            raise TypeError(f"length_penalty must be a number, got {type(self.length_penalty).__name__}")
+            raise ValueError(f"temperature must be 0: beam search is deterministic, got {self.temperature}")
+        check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
         if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
             raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
         for name in ("ignore_eos", "include_stop_str_in_output"):

@@ -77,7 +77,9 @@ class GenerationDefaults:
             min_tokens = self.values.get("min_new_tokens")
             if min_tokens is None:
                 min_tokens = max(0, int(self.values.get("min_length", 0)) - decoder_prompt_len)
-            min_tokens = min(int(min_tokens), int(max_tokens))
+            min_tokens = int(min_tokens)
+            if _is_int(max_tokens):  # else SamplingParams names max_tokens' type
+                min_tokens = min(min_tokens, max_tokens)
         return {"max_tokens": max_tokens, "min_tokens": min_tokens}
 
     def _processor_fields(self, params_type: type) -> Dict[str, Any]:
@@ -117,13 +119,18 @@ class GenerationDefaults:
         """Beam search when the overrides give a beam_width > 1, or the file asks for beams (num_beams > 1, no
         sampling) and the overrides neither set beam_width nor a temperature > 0; sampling/greedy otherwise."""
         beam_width = overrides.get("beam_width")
-        wants_sampling = (overrides.get("temperature") or 0) > 0
-        if beam_width is not None and beam_width > 1 or (beam_width is None and self.uses_beam_search
-                                                         and not wants_sampling):
+        temperature = overrides.get("temperature")
+        wants_sampling = isinstance(temperature, (int, float)) and temperature > 0
+        if beam_width is not None and (not _is_int(beam_width) or beam_width > 1) or (
+                beam_width is None and self.uses_beam_search and not wants_sampling):
             return self.beam_search_params(decoder_prompt_len, max_model_len, **overrides)
         overrides = {key: value for key, value in overrides.items()
                      if key not in ("beam_width", "length_penalty", "early_stopping")}
         return self.sampling_params(decoder_prompt_len, max_model_len, **overrides)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_overrides(overrides: Mapping[str, Any], params_type: type, mode: str) -> None:

@@ -15,30 +15,50 @@ class SamplingType(enum.IntEnum):
     RANDOM_SEED = 2
 
 
-def _check_int(name: str, value, minimum: int, maximum: Optional[int] = None) -> None:
+# Integers go into int64 tensors and torch.Generator seeds; floats are applied in float32, where a larger magnitude
+# is an infinity that turns the logits into NaN.
+INT64_MAX = 2 ** 63 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _bound_text(value: int) -> str:
+    return "2**63-1" if value == INT64_MAX else str(value)
+
+
+def _check_int(name: str, value, minimum: int, maximum: int = INT64_MAX) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and <= {maximum}" if maximum is not None else ""
-        raise ValueError(f"{name} must be >= {minimum}{upper}, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {_bound_text(maximum)}, got {value}")
 
 
-def _check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+def is_finite_number(value) -> bool:
+    """A bool-free int or float whose magnitude float32 can hold."""
+    # abs() first: NaN compares False, and math.isfinite would overflow on a huge int
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= FLOAT32_MAX
+
+
+def check_float(name: str, value, low: float = -math.inf, high: float = math.inf, low_open: bool = False) -> None:
+    """A finite number (float32's range) in [low, high] (or (low, high] with low_open); errors name `name`."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not is_finite_number(value):
+        raise ValueError(f"{name} must be a finite number (at most {FLOAT32_MAX:.4g} in magnitude), got {value}")
     too_low = value <= low if low_open else value < low
     if too_low or value > high:
         bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be in {bracket}{low}, {high}], got {value}")
+        raise ValueError(f"{name} must be in {bracket}{float(low)}, {float(high)}], got {value}")
 
 
 def _is_token_id(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX
 
 
 def _check_token_ids(name: str, ids, allow_empty: bool = True) -> None:
     if not isinstance(ids, list) or any(not _is_token_id(t) for t in ids):
-        raise ValueError(f"{name} must be a list of non-negative int token ids, got {ids!r}")
+        raise ValueError(f"{name} must be a list of non-negative int token ids (at most 2**63-1), got {ids!r}")
     if not ids and not allow_empty:
         raise ValueError(f"{name} must not be empty (leave it None to allow every token)")
 
@@ -61,9 +81,10 @@ def _check_logit_bias(logit_bias) -> None:
         raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
     for token_id, bias in logit_bias.items():
         if not _is_token_id(token_id):
-            raise ValueError(f"logit_bias keys must be non-negative int token ids, got {token_id!r}")
-        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not math.isfinite(bias):
-            raise ValueError(f"logit_bias values must be finite numbers, got {bias!r} for token {token_id}")
+            raise ValueError(f"logit_bias keys must be non-negative int token ids (at most 2**63-1), got {token_id!r}")
+        if not is_finite_number(bias):
+            raise ValueError(f"logit_bias values must be finite numbers (at most {FLOAT32_MAX:.4g} in magnitude), got "
+                             f"{bias!r} for token {token_id}")
 
 
 # The logits-processor fields (besides min_tokens), shared by BeamSearchParams: same names, defaults and validation.
@@ -137,17 +158,17 @@ class SamplingParams:
     def _validate(self) -> None:
         _check_int("n", self.n, 1)
         _check_int("best_of", self.best_of, self.n)
-        _check_range("temperature", self.temperature, 0.0, float("inf"))
-        _check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        check_float("temperature", self.temperature, 0.0)
+        check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_int("top_k", self.top_k, -1)
         if self.top_k == 0:
             raise ValueError("top_k must be -1 (disabled) or at least 1, got 0")
-        _check_range("min_p", self.min_p, 0.0, 1.0)
+        check_float("min_p", self.min_p, 0.0, 1.0)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
-        _check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
-        _check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
-        _check_range("repetition_penalty", self.repetition_penalty, 0.0, float("inf"), low_open=True)
+        check_float("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        check_float("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        check_float("repetition_penalty", self.repetition_penalty, 0.0, low_open=True)
         if self.max_tokens is not None:
             _check_int("max_tokens", self.max_tokens, 1)
         _check_int("min_tokens", self.min_tokens, 0)
@@ -158,8 +179,9 @@ class SamplingParams:
                 _check_int(name, getattr(self, name), 0)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop must hold non-empty strings, got {self.stop!r}")
-        if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):
-            raise ValueError(f"stop_token_ids must hold non-negative ints, got {self.stop_token_ids!r}")
+        if any(not _is_token_id(t) for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must hold non-negative ints (at most 2**63-1), got "
+                             f"{self.stop_token_ids!r}")
         if any(not callable(processor) for processor in self.logits_processors):
             raise TypeError("logits_processors must hold callables fn(output_token_ids, logits) -> logits")
         if self.temperature < _SAMPLING_EPS and self.best_of > 1:
@@ -176,7 +198,8 @@ class SamplingParams:
         for name in ("forced_bos_token_id", "forced_eos_token_id"):
             value = getattr(self, name)
             if value is not None and not _is_token_id(value):
-                raise ValueError(f"{name} must be a non-negative int token id or None, got {value!r}")
+                raise ValueError(f"{name} must be a non-negative int token id or None (ids at most 2**63-1), "
+                                 f"got {value!r}")
         for name in ("suppress_tokens", "begin_suppress_tokens"):
             if getattr(self, name) is not None:
                 _check_token_ids(name, getattr(self, name))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, List, Optional, Sequence as Seq, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence as Seq, Union
 
 from tqdm.auto import tqdm
 
@@ -105,7 +105,16 @@ class LLM:
 
 
 def _as_prompt_list(prompts: Any) -> list:
-    return [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+    """One prompt (a str or a prompt dict) or an iterable of them, as a list; a TypeError names what is wrong."""
+    if isinstance(prompts, (str, Mapping)):
+        return [prompts]
+    if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, Iterable):
+        raise TypeError(f"prompts must be a str, a prompt dict or a list of them, got {type(prompts).__name__}")
+    prompt_list = list(prompts)
+    for index, prompt in enumerate(prompt_list):
+        if not isinstance(prompt, (str, Mapping)):
+            raise TypeError(f"prompts[{index}] must be a str or a prompt dict, got {type(prompt).__name__}")
+    return prompt_list
 
 
 def _params_per_prompt(params, num_prompts: int, types: tuple, argument: str) -> list:
