@@ -1,5 +1,5 @@
-"""ASGI middleware of the server: the API key on /v1/* (401) and the request-body size limit (413), answered with
-OpenAI-style error bodies."""
+"""ASGI middleware of the server: the API key on every route but /health and /metrics (401) and the request-body size
+limit (413), answered with OpenAI-style error bodies."""
 from __future__ import annotations
 
 import hmac
@@ -10,26 +10,32 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq_engine.entrypoints.openai.errors import error_response
 
+# Probes and scrapers reach these without the key; they reveal no request content.
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+
 
 class ApiKeyMiddleware:
-    """With a key, every /v1/* request needs `Authorization: Bearer KEY` (401 otherwise)."""
+    """With a key, every request but GET /health and /metrics needs `Authorization: Bearer KEY` (401 otherwise),
+    unknown paths included, so a new route is guarded without being listed anywhere."""
 
     def __init__(self, app: ASGIApp, api_key: Optional[str]) -> None:
         self.app, self.api_key = app, api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.api_key is None or scope["type"] != "http" or not scope["path"].startswith("/v1"):
+        if self.api_key is None or scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
         given = headers.get(b"authorization", b"").decode("latin-1")
         expected = f"Bearer {self.api_key}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        if hmac.compare_digest(given.encode(), expected.encode()):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
             response = error_response("missing or wrong API key: send the header 'Authorization: Bearer <key>'",
                                       401, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -29,7 +29,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="the names clients send as `model`, one per MODEL (default: each MODEL)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    parser.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer KEY' on every route but /health and /metrics")
     parser.add_argument("--max-upload-mb", type=float, default=25.0, help="largest request body (audio uploads)")
     engine = parser.add_argument_group("engine")
     add_precision_arguments(engine)

@@ -44,8 +44,9 @@ def _still_serving(server):
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 2
 
 
-def test_api_key_guards_v1_only(server):
+def test_api_key_guards_all_but_health_and_metrics(server):
     assert _error(httpx.get(f"{server.url}/v1/models"), 401)["code"] == "invalid_api_key"
+    _error(httpx.post(f"{server.url}/tokenize", json={"prompt": "Hi"}), 401)
     _error(httpx.get(f"{server.url}/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
     assert httpx.get(f"{server.url}/v1/models", headers=AUTH).status_code == 200
     assert httpx.get(f"{server.url}/health").status_code == 200
