@@ -9,6 +9,7 @@ from seq2seq_engine.entrypoints.openai.chat import chat_prompt_token_ids, create
 from seq2seq_engine.entrypoints.openai.completions import create_completion
 from seq2seq_engine.entrypoints.openai.errors import APIError, install_error_handlers
 from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from seq2seq_engine.entrypoints.openai.params import check_text_size
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
 from seq2seq_engine.entrypoints.openai.state import ServedModels
@@ -54,6 +55,7 @@ def _token_routes(app: FastAPI, models: ServedModels) -> None:
         if body.messages is not None:
             tokens = chat_prompt_token_ids(body.messages, state, add_generation_prompt=True)
         else:
+            check_text_size(state.model_config, [body.prompt], "prompt")
             tokens = tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return JSONResponse({"tokens": tokens, "count": len(tokens),
                              "max_model_len": state.model_config.max_model_len})

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from starlette.datastructures import FormData, UploadFile
 
 from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.sampling_params import INT64_MAX
 from seq2seq_engine.transcription.options import TranscriptionOptions
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -46,13 +47,17 @@ def _bool(name: str, text: str) -> bool:
 
 
 def _number(name: str, text: str, kind: type) -> Any:
+    """A form field as a number; every integer field is a count, a size or a seed: 0 to 2**63-1 (int64)."""
     if kind is float and text.strip().lower() == "none":
         return None
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        raise APIError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {text!r}",
+        raise APIError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {text[:100]!r}",
                        param=name) from None
+    if kind is int and not 0 <= value <= INT64_MAX:
+        raise APIError(f"{name} must be an integer from 0 to 2**63-1, got {value}", param=name)
+    return value
 
 
 def _extra_field(name: str, text: str) -> Any:
@@ -112,7 +117,10 @@ async def parse_audio_form(form: FormData, task: str, max_upload_bytes: int) -> 
 
 def _max_words(form: FormData) -> Optional[int]:
     text = _single(form, "max_words_per_line")
-    return None if text is None else _number("max_words_per_line", text, int)
+    value = None if text is None else _number("max_words_per_line", text, int)
+    if value == 0:
+        raise APIError("max_words_per_line must be >= 1, got 0", param="max_words_per_line")
+    return value
 
 
 def _options(form: FormData, task: str, response_format: str, granularities: List[str]) -> TranscriptionOptions:

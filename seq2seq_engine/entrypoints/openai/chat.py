@@ -13,7 +13,8 @@ from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, che
                                                        usage)
 from seq2seq_engine.entrypoints.openai.client import EngineRequests
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.params import default_max_tokens, engine_overrides
+from seq2seq_engine.entrypoints.openai.params import (check_text_size, default_max_tokens, engine_overrides,
+                                                      request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from seq2seq_engine.entrypoints.openai.state import ServerState
 
@@ -25,6 +26,7 @@ def chat_prompt_token_ids(messages: List[ChatMessage], state: ServerState, add_g
     if state.is_encoder_decoder or not getattr(tokenizer, "chat_template", None):
         raise APIError(f"the model {state.model_name!r} has no chat template; use /v1/completions", param="messages")
     conversation = [{"role": message.role, "content": message.text()} for message in messages]
+    check_text_size(state.model_config, [turn["content"] for turn in conversation], "messages")
     try:
         text = tokenizer.apply_chat_template(conversation, tokenize=False,
                                              add_generation_prompt=add_generation_prompt)
@@ -41,11 +43,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     token_ids = chat_prompt_token_ids(body.messages, state, body.add_generation_prompt)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     max_tokens = default_max_tokens(state.engine.generation_defaults, requested, len(token_ids),
-                                    state.model_config.max_model_len, None)
+                                    state.model_config.max_model_len, None,
+                                    "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens")
     overrides = engine_overrides(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None)
     response_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
     requests = EngineRequests(state.loop, request, response_id)
-    request_ids = await requests.submit([{"prompt_token_ids": token_ids}], [overrides], param="messages")
+    request_ids = await requests.submit([{"prompt_token_ids": token_ids}], [overrides], param="messages",
+                                        fields=request_fields(body, chat=True))
     incremental = body.n == 1 and (body.best_of or 1) == 1 and not body.use_beam_search
     tracker = ChoiceTracker(request_ids, body.n, incremental)
     headers = {"X-Request-Id": response_id}

@@ -3,16 +3,19 @@ accept them, then read their outputs; a client that goes away aborts them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 import uuid
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from starlette.requests import Request
 
+from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
+from seq2seq_engine.sampling_params import SamplingParams
 
 _DISCONNECT_POLL_S = 0.5
 
@@ -28,6 +31,7 @@ class EngineRequests:
         self.unfinished: List[str] = []
         self._early: List[Any] = []  # outputs that arrived while submit() waited for the engine's answers
         self._ids = itertools.count()
+        self._fields: Dict[str, str] = {}
 
     async def __aenter__(self) -> "EngineRequests":
         return self
@@ -37,9 +41,12 @@ class EngineRequests:
             self.loop.abort(*self.unfinished)
             self.unfinished = []
 
-    async def submit(self, prompts: Sequence[Any], params: Sequence[Any], param: str = "prompt") -> List[str]:
-        """Queue every prompt; when the engine refuses one, abort the others and raise a 400 naming `param` (any
-        error, a disconnect included, aborts what was queued)."""
+    async def submit(self, prompts: Sequence[Any], params: Sequence[Any], param: str = "prompt",
+                     fields: Optional[Mapping[str, str]] = None) -> List[str]:
+        """Queue every prompt; when the engine refuses one, abort the others and raise a 400 naming the parameter
+        the refusal names (its request field by `fields`, {engine name: field}), else `param` (any error, a
+        disconnect included, aborts what was queued)."""
+        self._fields = dict(fields or {})
         request_ids = [f"{self.base_id}-{next(self._ids)}" for _ in prompts]
         for request_id, prompt, request_params in zip(request_ids, prompts, params):
             self.loop.add_request(request_id, prompt, request_params, self.sink)
@@ -66,7 +73,7 @@ class EngineRequests:
             elif isinstance(reply, Failed):
                 raise APIError(reply.message, reply.status)
         if refusal is not None:
-            raise APIError(str(refusal.error), 400, param=_param_of(refusal.error, param))
+            raise APIError(str(refusal.error), 400, param=_param_of(refusal.error, param, self._fields))
 
     async def outputs(self) -> AsyncIterator[Any]:
         """Every RequestOutput of the submitted requests, as they come, until all have finished."""
@@ -148,11 +155,13 @@ async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -
     return sorted(results, key=lambda pair: pair[0])
 
 
-def _param_of(error: BaseException, default: str) -> str:
-    """The request field an engine error names, when it names one of the sampling fields; else `default`."""
-    text = str(error)
-    head = text.split(" ", 1)[0].split("=", 1)[0].strip(":,")
-    sampling = {"max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "seed", "logprobs", "stop",
-                "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens",
-                "length_penalty", "beam_width", "logit_bias", "stop_token_ids", "bad_words", "allowed_token_ids"}
-    return head if head in sampling else default
+# Every parameter's errors start with its name (sampling_params.py, beam_search_params.py and the engine's checks).
+_PARAMETERS = frozenset(field.name for params in (SamplingParams, BeamSearchParams)
+                        for field in dataclasses.fields(params) if not field.name.startswith("_"))
+
+
+def _param_of(error: BaseException, default: str, fields: Mapping[str, str]) -> str:
+    """The request field behind the parameter an engine error names (by `fields`, else the same name); else
+    `default`."""
+    head = str(error).split(" ", 1)[0].split("=", 1)[0].strip(":,")
+    return fields.get(head, head) if head in _PARAMETERS else default

@@ -13,8 +13,8 @@ from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, che
                                                        usage)
 from seq2seq_engine.entrypoints.openai.client import EngineRequests
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.params import (COMPLETIONS_DEFAULT_MAX_TOKENS, default_max_tokens,
-                                                      engine_overrides)
+from seq2seq_engine.entrypoints.openai.params import (COMPLETIONS_DEFAULT_MAX_TOKENS, check_text_size,
+                                                      default_max_tokens, engine_overrides, request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import CompletionRequest
 from seq2seq_engine.entrypoints.openai.state import ServerState
 
@@ -28,12 +28,16 @@ def engine_prompts(body: CompletionRequest, state: ServerState) -> List[Any]:
         prompts = list(prompt)
     if not prompts:
         raise APIError("prompt must not be empty", param="prompt")
+    for text in [p for p in prompts if isinstance(p, str)]:
+        check_text_size(state.model_config, [text], "prompt")
     prompts = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
     if body.decoder_prompt is None:
         return prompts
     if not state.is_encoder_decoder:
         raise APIError("decoder_prompt is for encoder/decoder models; this model is decoder-only",
                        param="decoder_prompt")
+    if isinstance(body.decoder_prompt, str):
+        check_text_size(state.model_config, [body.decoder_prompt], "decoder_prompt")
     decoder = body.decoder_prompt if isinstance(body.decoder_prompt, str) else {
         "prompt_token_ids": list(body.decoder_prompt)}
     return [{"encoder_prompt": p, "decoder_prompt": decoder} for p in prompts]
@@ -54,7 +58,8 @@ async def create_completion(body: CompletionRequest, request: Request, state: Se
     overrides = engine_overrides(body, max_tokens, body.logprobs)
     response_id = request.headers.get("x-request-id") or f"cmpl-{uuid.uuid4().hex}"
     requests = EngineRequests(state.loop, request, response_id)
-    request_ids = await requests.submit(prompts, [dict(overrides) for _ in prompts])
+    request_ids = await requests.submit(prompts, [dict(overrides) for _ in prompts],
+                                        fields=request_fields(body, chat=False))
     incremental = body.n == 1 and (body.best_of or 1) == 1 and not body.use_beam_search
     tracker = ChoiceTracker(request_ids, body.n, incremental)
     headers = {"X-Request-Id": response_id}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,9 +39,31 @@ def error_response(message: str, status: int, param: Optional[str] = None, code:
     return JSONResponse(error_body(message, status, param, code), status_code=status, headers=headers)
 
 
+# pydantic puts the member of a union it tried into the error's location ('str', 'list[int]', "literal['never']",
+# 'function-after[...]', a model's class name); request fields are snake_case, so none of these names one.
+_TYPE_NAMES = frozenset({"str", "int", "bool", "float", "none", "list", "dict"})
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _TYPE_NAMES or "[" in part or part.startswith("function-")
+                                      or part[:1].isupper())
+
+
+def _field_path(location: Iterable[Any]) -> list:
+    """The location's request fields and list indices, without the 'body' root and the union member tags."""
+    return [str(part) for part in location if part != "body" and not _is_union_tag(part)]
+
+
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _validation_message(error: dict) -> tuple:
     """(message, param) of pydantic's first error: the field path (without the 'body' root) and what is wrong."""
-    location = [str(part) for part in error.get("loc", ()) if part != "body"]
+    if error.get("type") == "extra_forbidden":  # the last part is the unknown name, whatever it looks like
+        location = _field_path(error.get("loc", ())[:-1]) + [str(error["loc"][-1])]
+    else:
+        location = _field_path(error.get("loc", ()))
     param = ".".join(location) or None
     if error.get("type") == "json_invalid":
         return f"the request body is not valid JSON: {error.get('ctx', {}).get('error', error.get('msg'))}", None
@@ -50,7 +72,7 @@ def _validation_message(error: dict) -> tuple:
     if error.get("type") == "extra_forbidden":
         return f"unknown field {param!r}", param
     received = error.get("input")
-    shown = "" if isinstance(received, dict) else f" (got {received!r})"
+    shown = "" if isinstance(received, dict) else f" (got {_short(repr(received))})"
     return f"{param or 'body'}: {error.get('msg')}{shown}", param
 
 

@@ -1,8 +1,9 @@
 """From a request body to the engine's request parameters: the fields the client sent, as overrides of the model's
-generation_config.json defaults (a dict the engine turns into SamplingParams or BeamSearchParams)."""
+generation_config.json defaults (a dict the engine turns into SamplingParams or BeamSearchParams, which validate
+them), the request field behind each engine parameter, and the bound on text prompts."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
 
 from seq2seq_engine.entrypoints.openai.errors import APIError
 
@@ -12,6 +13,29 @@ _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
            "include_stop_str_in_output", "no_repeat_ngram_size", "bad_words", "allowed_token_ids")
 # OpenAI's default max_tokens for /v1/completions when neither the client nor the model sets one.
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# Text over this many characters per token of the model's context cannot fit it (English runs about 4 characters
+# a token); refusing it before tokenizing bounds the work one request can cost.
+PROMPT_CHARS_PER_TOKEN = 16
+
+
+def check_text_size(model_config: Any, texts: Iterable[str], param: str) -> None:
+    """A 400 naming `param` when the texts together are longer than the model's context could hold."""
+    context = max(model_config.max_model_len, model_config.max_source_positions or 0)
+    limit, size = PROMPT_CHARS_PER_TOKEN * context, sum(len(text) for text in texts)
+    if size > limit:
+        raise APIError(f"{param} has {size} characters, more than this model can take: {limit} "
+                       f"({PROMPT_CHARS_PER_TOKEN} per token of its {context}-token context)", param=param)
+
+
+def request_fields(body: Any, chat: bool) -> Dict[str, str]:
+    """{engine parameter: the request field that set it} where the two differ, so a refusal names what was sent."""
+    width = "best_of" if body.best_of is not None else "n"
+    fields = {"beam_width": width, "best_of": width}
+    if chat:
+        fields["logprobs"] = "top_logprobs" if body.top_logprobs is not None else "logprobs"
+        if body.max_completion_tokens is not None:
+            fields["max_tokens"] = "max_completion_tokens"
+    return fields
 
 
 def engine_overrides(body: Any, max_tokens: Optional[int], logprobs: Optional[int]) -> Dict[str, Any]:
@@ -60,16 +84,19 @@ def _logit_bias(logit_bias: Dict[str, float]) -> Dict[int, float]:
     try:
         return {int(token_id): float(bias) for token_id, bias in logit_bias.items()}
     except ValueError:
-        raise APIError(f"logit_bias keys must be token ids, got {sorted(logit_bias)}", param="logit_bias") from None
+        raise APIError(f"logit_bias keys must be token ids, got {sorted(logit_bias)[:5]}",
+                       param="logit_bias") from None
 
 
 def default_max_tokens(generation_defaults: Any, requested: Optional[int], prompt_len: Optional[int],
-                       max_model_len: int, fallback: Optional[int]) -> Optional[int]:
-    """max_tokens as sent; else the model's max_new_tokens; else `fallback` (16 for completions); else, with the
-    prompt length known (chat), the rest of the model's context; else None (the engine's own default)."""
+                       max_model_len: int, fallback: Optional[int], param: str = "max_tokens") -> Optional[int]:
+    """max_tokens as sent (`param` names its field: at least 1, at most the model's context); else the model's
+    max_new_tokens; else `fallback` (16 for completions); else, with the prompt length known (chat), the rest of
+    the model's context; else None (the engine's own default)."""
     if requested is not None:
-        if requested < 1:
-            raise APIError(f"max_tokens must be >= 1, got {requested}", param="max_tokens")
+        if not 1 <= requested <= max_model_len:
+            raise APIError(f"{param} must be >= 1 and <= the model's max_model_len ({max_model_len}), got "
+                           f"{requested}", param=param)
         return requested
     model_default = generation_defaults.values.get("max_new_tokens")
     if model_default is not None:

@@ -1,5 +1,5 @@
 """Request bodies of the JSON endpoints (OpenAI's field names plus vLLM's extras), validated by pydantic; an
-unknown field or a wrong type is a 400 naming it (errors.py)."""
+unknown field, a wrong type or a non-finite number is a 400 naming it (errors.py)."""
 from __future__ import annotations
 
 from typing import Dict, List, Literal, Optional, Union
@@ -11,7 +11,8 @@ CompletionPrompt = Union[StrictStr, List[StrictStr], TokenIds, List[TokenIds]]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Python's json module reads NaN, Infinity and 1e400 (inf) from a body; no float field takes them.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StreamOptions(_Strict):

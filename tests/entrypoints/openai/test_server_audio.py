@@ -128,6 +128,19 @@ def test_bad_uploads_get_4xx(server, clip):
     assert state["unfinished"] == 0 and state["free"] == state["total"] and state["cross_tables"] == 0
 
 
+@pytest.mark.parametrize("field, value, param", [
+    ("seed", str(2 ** 70), "seed"), ("best_of", str(2 ** 70), "best_of"), ("beam_size", str(2 ** 70), "beam_width"),
+    ("max_new_tokens", str(2 ** 64), "max_new_tokens"), ("max_words_per_line", "-3", "max_words_per_line"),
+    ("max_words_per_line", str(2 ** 70), "max_words_per_line"), ("no_speech_threshold", "nan", "no_speech_threshold"),
+])
+def test_out_of_range_form_numbers_name_their_field(server, clip, field, value, param):
+    response = httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=120,
+                          files={"file": ("a.wav", open(clip, "rb").read())},
+                          data={"model": MODEL, "response_format": "srt", "temperature": "0.5", field: value})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
 def test_client_leaving_a_transcription_aborts_its_job(server, clip, tmp_path):
     import numpy as np
     import soundfile
