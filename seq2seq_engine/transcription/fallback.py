@@ -40,6 +40,11 @@ class Attempt:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: Optional[float]  # P(<|nospeech|>) after <|startoftranscript|>; None when not measured
+    audio_seconds: Optional[float] = None  # the window's audio (not its padding); None when not known
+
+
+# Below this much audio in a window, a likely no-speech window gives no text whatever its tokens' likelihood.
+SHORT_AUDIO_SECONDS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +75,14 @@ def needs_fallback(attempt: Attempt, limits: Thresholds) -> bool:
 
 
 def should_skip(attempt: Attempt, limits: Thresholds) -> bool:
-    """openai-whisper's no-voice check on the kept attempt: likely no speech, unless its tokens are likely enough."""
+    """openai-whisper's no-voice check on the kept attempt: likely no speech, unless its tokens are likely enough.
+    A window of under SHORT_AUDIO_SECONDS of audio is skipped on the no-speech test alone: on such scraps Whisper's
+    stock phrases ("Thank you.", "Thanks for watching.") come out confident, so their likelihood proves nothing
+    (decisions §72)."""
     if limits.no_speech is None or attempt.no_speech_prob is None or attempt.no_speech_prob <= limits.no_speech:
         return False
+    if attempt.audio_seconds is not None and attempt.audio_seconds < SHORT_AUDIO_SECONDS:
+        return True
     return not (limits.log_prob is not None and attempt.avg_logprob > limits.log_prob)
 
 

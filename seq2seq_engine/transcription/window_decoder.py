@@ -81,7 +81,8 @@ class WindowDecoder:
                     "multi_modal_data": {"input_features": self.features(window)}}
 
         def on_done(output: Any) -> None:
-            on_attempt(self.plan.attempt(output, temperature, probe, self.decode_text))
+            result = self.plan.attempt(output, temperature, probe, self.decode_text)
+            on_attempt(dataclasses.replace(result, audio_seconds=window.duration))
 
         return WindowRequest(state, make_prompt, params, on_done)
 

@@ -84,6 +84,19 @@ def test_fallback_decisions_by_hand(cr, lp, nsp, has_next, expected):
     assert verdict(Attempt([1], "x", 0.2, lp, cr, nsp), Thresholds(), has_next) is expected
 
 
+@pytest.mark.parametrize("seconds, nsp, expected", [
+    (0.2, 0.88, Verdict.SILENCE),    # a scrap of audio, likely no speech: no text, however confident its tokens
+    (0.99, 0.61, Verdict.SILENCE),
+    (0.2, 0.6, Verdict.ACCEPT),      # not above the threshold: kept
+    (1.0, 0.88, Verdict.ACCEPT),     # a second or more: openai-whisper's rule (confident tokens keep the window)
+    (None, 0.88, Verdict.ACCEPT),    # duration not known: openai-whisper's rule
+])
+def test_a_window_under_a_second_is_skipped_on_the_no_speech_test_alone(seconds, nsp, expected):
+    attempt = Attempt([1], "Thank you.", 0.0, -0.3, 1.1, nsp, audio_seconds=seconds)
+    assert verdict(attempt, Thresholds(), True) is expected
+    assert verdict(attempt, Thresholds(no_speech=None), True) is Verdict.ACCEPT    # the rule off: always kept
+
+
 def test_no_measured_no_speech_prob_never_makes_silence():
     assert verdict(Attempt([1], "x", 0.0, -5.0, 1.0, None), Thresholds(), False) is Verdict.ACCEPT
 

@@ -205,3 +205,17 @@ def test_a_bad_sample_rate_fails_its_input_alone_with_the_progress_bar_on(tiny_l
     assert good.error is None and good.text
     [alone] = tiny_llm.transcribe([(samples, rate)], use_tqdm=True)
     assert "sample rate must be a positive integer" in alone.error
+
+
+def test_scraps_of_audio_give_text_only_when_speech_is_likely(clips):
+    """0.2 s cuts from the middle of every English clip, on whisper base: a cut that gives text has a no-speech
+    probability at most the threshold (under a second of audio, confident stock phrases are not kept)."""
+    from conftest import require_model
+
+    from seq2seq_engine import LLM
+    base = LLM(require_model("whisper-base"), kv_cache_space_gb=0.3)
+    cuts = [(samples[len(samples) // 2:len(samples) // 2 + 3200], 16000) for samples in clips.values()]
+    results = base.transcribe(cuts, use_tqdm=False, temperature=0.0, language="en")
+    kept = [segment for result in results for segment in result.segments]
+    assert all(segment.no_speech_prob <= 0.6 for segment in kept)
+    assert all(result.error is None for result in results)
