@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from .base import SAMPLE_RATE, AudioError
+from .base import SAMPLE_RATE, AudioError, AudioTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ def _mono(frame: Any) -> np.ndarray:
     return planes.mean(axis=0, dtype=np.float32)
 
 
-def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iterator[np.ndarray]:
+def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE,
+                   max_seconds: Optional[float] = None) -> Iterator[np.ndarray]:
     """Yield the first audio stream of `source` (a path, raw bytes or a seekable binary file object) as consecutive
     1-D float32 mono blocks at `target_sr`, one decoded frame at a time (never the whole file).
 
@@ -100,7 +101,8 @@ def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iter
     which are then averaged (as the soundfile path does; FFmpeg's own mono downmix scales stereo by 1/sqrt(2)). A packet
     the decoder rejects as invalid data is skipped (as FFmpeg's command line and faster-whisper do). ``AudioError``
     (naming the file) for a file FFmpeg cannot open, one with no audio stream, one that decodes to no samples, and one
-    whose audio ends well before the duration its container declares (a truncated download).
+    whose audio ends well before the duration its container declares (a truncated download); ``AudioTooLong`` on
+    opening when the container declares more than `max_seconds`.
     """
     from av.audio.resampler import AudioResampler
 
@@ -109,6 +111,9 @@ def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iter
             kinds = sorted({s.type for s in container.streams}) or ["no"]
             raise AudioError(f"{name}: no audio stream in the file (it has {', '.join(kinds)} streams)")
         stream = container.streams.audio[0]
+        declared = _declared_seconds(container, stream)
+        if max_seconds is not None and declared is not None and declared > max_seconds:
+            raise AudioTooLong(name, max_seconds, declared)
         resampler = AudioResampler(format="fltp", layout=None, rate=target_sr)  # layout None: keep the channels
         total = 0
         try:
@@ -123,7 +128,7 @@ def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iter
                 yield block
         except ValueError as error:  # the resampler refusing a frame (format changes mid-stream it cannot follow)
             raise AudioError(f"{name}: cannot decode audio file: {error}") from error
-        _check_length(total / target_sr, _declared_seconds(container, stream), name)
+        _check_length(total / target_sr, declared, name)
 
 
 def _check_length(decoded: float, declared: Optional[float], name: str) -> None:

@@ -1,10 +1,10 @@
-"""The Silero VAD network (the `silero-vad` package's TorchScript file) run over whole recordings at once."""
+"""The Silero VAD network (the `silero-vad` package's TorchScript file) run over whole recordings or streams of them."""
 from __future__ import annotations
 
 import functools
 import importlib.util
 import os
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import torch
@@ -71,17 +71,32 @@ class SileroVad:
                                                strides=(FRAME_SAMPLES * 4, 4))
         return torch.from_numpy(np.ascontiguousarray(rows))
 
-    @torch.inference_mode()
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
         """Speech probability of every 32 ms frame of `audio` (16 kHz), as float32 [ceil(len / 512)]. The frames
         are cut block by block, so memory beyond the audio stays bounded on long recordings."""
-        n_frames = -(-len(np.asarray(audio).reshape(-1)) // FRAME_SAMPLES)
-        state = None
-        out = []
-        for first in range(0, n_frames, BLOCK_FRAMES):
-            block = self.frames(audio, first, BLOCK_FRAMES)
-            features = self.network.encoder(self.network.run_extractors(block)).squeeze(-1)  # [frames, 128]
-            hidden, state = self.lstm(features.unsqueeze(0), state)
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        step = BLOCK_FRAMES * FRAME_SAMPLES
+        return self.stream_probabilities(audio[start:start + step] for start in range(0, len(audio), step))
+
+    @torch.inference_mode()
+    def stream_probabilities(self, blocks: Iterable[np.ndarray]) -> np.ndarray:
+        """`probabilities` of the audio `blocks` make laid end to end, each of BLOCK_FRAMES frames (the last may be
+        shorter), read one at a time: only one block of audio is held, however long the stream."""
+        state, context, out = None, np.zeros(CONTEXT_SAMPLES, np.float32), []
+        for block in blocks:
+            if not len(block):
+                continue
+            count = -(-len(block) // FRAME_SAMPLES)
+            if count > BLOCK_FRAMES:
+                raise ValueError(f"a block holds at most {BLOCK_FRAMES} frames, got {count}")
+            padded = np.zeros(count * FRAME_SAMPLES + CONTEXT_SAMPLES, dtype=np.float32)
+            padded[:CONTEXT_SAMPLES], padded[CONTEXT_SAMPLES:CONTEXT_SAMPLES + len(block)] = context, block
+            context = padded[count * FRAME_SAMPLES:count * FRAME_SAMPLES + CONTEXT_SAMPLES].copy()
+            del block
+            rows = np.lib.stride_tricks.as_strided(padded, shape=(count, CONTEXT_SAMPLES + FRAME_SAMPLES),
+                                                   strides=(FRAME_SAMPLES * 4, 4))
+            features = self.network.encoder(self.network.run_extractors(torch.from_numpy(np.ascontiguousarray(rows))))
+            hidden, state = self.lstm(features.squeeze(-1).unsqueeze(0), state)  # features: [frames, 128]
             probs = self.network.decoder.decoder(hidden[0].unsqueeze(-1))  # [frames, 1, 1]
             out.append(probs.reshape(-1))
         return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)

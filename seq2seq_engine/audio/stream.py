@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .base import SAMPLE_RATE, AudioError
+from .base import SAMPLE_RATE, AudioError, AudioTooLong
 from .loading import _describe, _to_float32, _to_mono, load_audio, open_soundfile
 
 # Frames read from libsndfile at a time (about 1.4-4 s at common rates).
@@ -21,7 +21,8 @@ def is_file_source(source: Any) -> bool:
     return isinstance(source, (str, os.PathLike, bytes, bytearray)) or hasattr(source, "read")
 
 
-def iter_windows(source: Any, window_samples: int, target_sr: int = SAMPLE_RATE) -> Iterator[np.ndarray]:
+def iter_windows(source: Any, window_samples: int, target_sr: int = SAMPLE_RATE,
+                 max_seconds: Optional[float] = None) -> Iterator[np.ndarray]:
     """Yield the audio of `source` as consecutive 1-D float32 windows of `window_samples` samples at `target_sr`
     (the last one shorter), decoding only as far as the windows taken so far need.
 
@@ -29,16 +30,22 @@ def iter_windows(source: Any, window_samples: int, target_sr: int = SAMPLE_RATE)
     down-mixed and resampled with a soxr stream (the same numerics as the one-shot resample); other files are decoded
     frame by frame by FFmpeg (``av_decode.iter_av_blocks``); arrays and (array, rate) tuples are in memory already and
     come back as views. Problems raise ``AudioError`` when reached (a file is opened on the first ``next``).
+    With `max_seconds`, ``AudioTooLong`` as soon as the decoded audio passes it, or on opening a file whose header
+    declares more: a file is never decoded past the limit.
     """
     if window_samples <= 0:
         raise ValueError(f"window_samples must be positive, got {window_samples}")
     if not is_file_source(source):
         audio = load_audio(source, target_sr)
+        if max_seconds is not None and len(audio) > max_seconds * target_sr:
+            raise AudioTooLong(_describe(source), max_seconds)
         for start in range(0, len(audio), window_samples):
             yield audio[start:start + window_samples]
         return
     name = _describe(source)
-    windows = _rebuffer(_file_blocks(source, name, target_sr), window_samples)
+    blocks = _file_blocks(source, name, target_sr, max_seconds)
+    windows = _rebuffer(blocks if max_seconds is None else _bounded(blocks, max_seconds, target_sr, name),
+                        window_samples)
     first = next(windows, None)
     if first is None:
         raise AudioError(f"{name}: audio file contains no samples")
@@ -47,15 +54,29 @@ def iter_windows(source: Any, window_samples: int, target_sr: int = SAMPLE_RATE)
     yield from windows
 
 
-def _file_blocks(source: Any, name: str, target_sr: int) -> Iterator[np.ndarray]:
+def _bounded(blocks: Iterator[np.ndarray], max_seconds: float, sample_rate: int, name: str) -> Iterator[np.ndarray]:
+    total = 0
+    for block in blocks:
+        total += len(block)
+        if total > max_seconds * sample_rate:
+            blocks.close()  # type: ignore[attr-defined]  # the decoder and its file, now
+            raise AudioTooLong(name, max_seconds)
+        yield block
+        del block
+
+
+def _file_blocks(source: Any, name: str, target_sr: int, max_seconds: Optional[float]) -> Iterator[np.ndarray]:
     handle = open_soundfile(source, name)
     if handle is None:
         from .av_decode import iter_av_blocks
 
-        yield from iter_av_blocks(source, name, target_sr)
+        yield from iter_av_blocks(source, name, target_sr, max_seconds)
         return
     with handle:
         source_sr = int(handle.samplerate)
+        declared = handle.frames / source_sr if handle.frames > 0 else None
+        if max_seconds is not None and declared is not None and declared > max_seconds:
+            raise AudioTooLong(name, max_seconds, declared)
         blocks = _soundfile_blocks(handle, name)
         if source_sr == target_sr:
             yield from blocks
@@ -152,3 +173,18 @@ def samples_hint(source: Any, target_sr: int = SAMPLE_RATE) -> int:
 
     seconds = av_duration(source)
     return int(round(seconds * target_sr)) if seconds else 0
+
+
+def declared_seconds(source: Any) -> Optional[float]:
+    """Seconds of audio a file (a path or raw bytes) declares in its header, read without decoding; None when it
+    declares none or cannot be opened."""
+    try:
+        handle = open_soundfile(source, _describe(source))
+    except AudioError:
+        return None
+    if handle is not None:
+        with handle:
+            return handle.frames / handle.samplerate if handle.frames > 0 else None
+    from .av_decode import av_duration
+
+    return av_duration(source)

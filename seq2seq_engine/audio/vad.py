@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .base import SAMPLE_RATE
-from .silero import FRAME_SAMPLES, load_silero_vad
+from .silero import BLOCK_FRAMES, FRAME_SAMPLES, load_silero_vad
+from .stream import iter_windows
 
 Region = Tuple[int, int]  # [start, end) in samples of the 16 kHz recording
 
@@ -76,6 +77,23 @@ def speech_regions(audio: np.ndarray, options: Optional[VadOptions] = None) -> L
     options = options or VadOptions()
     probabilities = load_silero_vad().probabilities(audio)
     return regions_from_probabilities(probabilities, len(audio), options)
+
+
+def stream_speech_regions(source: Any, options: VadOptions,
+                          max_seconds: Optional[float] = None) -> Tuple[List[Region], int]:
+    """(`speech_regions`, length in samples) of a file or audio decoded as a stream of Silero blocks (~131 s each,
+    one held at a time); AudioTooLong as soon as the audio passes `max_seconds`, before reading further."""
+    count = 0
+
+    def blocks() -> Iterator[np.ndarray]:
+        nonlocal count
+        for block in iter_windows(source, BLOCK_FRAMES * FRAME_SAMPLES, max_seconds=max_seconds):
+            count += len(block)
+            yield block
+            del block
+
+    probabilities = load_silero_vad().stream_probabilities(blocks())
+    return regions_from_probabilities(probabilities, count, options), count
 
 
 def regions_from_probabilities(probabilities: Sequence[float], n_samples: int, options: VadOptions) -> List[Region]:

@@ -65,8 +65,9 @@ class InputSource:
     """
 
     def __init__(self, sources: Sequence[Any], window_samples: int, clip_timestamps: Sequence[float],
-                 vad: Optional[VadOptions], vad_filter: Optional[bool], skip_silence: bool, use_tqdm: bool) -> None:
-        self.window_samples, self.clip_timestamps = window_samples, clip_timestamps
+                 vad: Optional[VadOptions], vad_filter: Optional[bool], skip_silence: bool, use_tqdm: bool,
+                 max_seconds: Optional[float] = None) -> None:
+        self.window_samples, self.clip_timestamps, self.max_seconds = window_samples, clip_timestamps, max_seconds
         self.vad, self.vad_filter, self.skip_silence = vad, vad_filter, skip_silence
         self.inputs = [InputState(i, source, describe_source(source, i), samples_hint(source))
                        for i, source in enumerate(sources)]
@@ -77,7 +78,8 @@ class InputSource:
         """The next input, ready to be read; None when all are open."""
         state = next(self._unopened, None)
         if state is not None:
-            state.reader = WindowReader(state.source, self.window_samples, self.clip_timestamps, self._vad_for(state))
+            state.reader = WindowReader(state.source, self.window_samples, self.clip_timestamps, self._vad_for(state),
+                                        self.max_seconds)
         return state
 
     def read_window(self, state: InputState) -> Optional[Window]:

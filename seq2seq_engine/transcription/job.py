@@ -41,7 +41,7 @@ class TranscriptionJob:
         limit = options.max_in_flight or default_windows_in_flight(
             engine, tokens.max_new_tokens(0, options.max_new_tokens), options.beam_width)
         self.source = InputSource(sources, window_samples, options.clip_timestamps, vad, options.vad_filter,
-                                  options.skip_silence, options.use_tqdm)
+                                  options.skip_silence, options.use_tqdm, options.max_audio_seconds)
         self.assembler = ResultAssembler(self.source.inputs, tokens, self.decoder.decode_text, options.timestamps,
                                          stream)
         self.queue = RequestQueue(self.source, self.decoder, self.assembler, language, options)

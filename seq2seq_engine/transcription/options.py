@@ -70,7 +70,8 @@ class TranscriptionOptions:
     `suppress_tokens` (-1: the model's list), `seed` (of the sampled attempts).
     Words: `word_timestamps` (each segment gets `.words`, timed by an alignment pass over each window's kept
     tokens: word_timestamps.py).
-    Running: `use_tqdm`, `max_in_flight` (most engine requests at once; None: the engine's max_num_seqs).
+    Running: `use_tqdm`, `max_in_flight` (most engine requests at once; None: the engine's max_num_seqs),
+    `max_audio_seconds` (None: no limit; an input whose audio lasts longer fails, decoded no further than that).
     `hallucination_silence_threshold` (seconds; openai-whisper's rule: a segment whose words look hallucinated,
     with silence longer than this on both sides, is dropped; it times the words even without word_timestamps:
     hallucination.py).
@@ -102,6 +103,7 @@ class TranscriptionOptions:
     seed: int = 0
     use_tqdm: bool = True
     max_in_flight: Optional[int] = None
+    max_audio_seconds: Optional[float] = None
 
     def __post_init__(self) -> None:
         self._set("temperature", _floats("temperature", self.temperature))
@@ -160,6 +162,9 @@ class TranscriptionOptions:
                 _fail(name, limit, value)
         if not (_number(self.prompt_reset_on_temperature) and self.prompt_reset_on_temperature >= 0):
             _fail("prompt_reset_on_temperature", "a number >= 0", self.prompt_reset_on_temperature)
+        limit = self.max_audio_seconds
+        if limit is not None and not (_number(limit) and limit > 0):
+            _fail("max_audio_seconds", "None or a number of seconds > 0", limit)
         threshold = self.hallucination_silence_threshold
         if threshold is not None and not (_number(threshold) and threshold > 0):
             _fail("hallucination_silence_threshold", "None or a number of seconds > 0", threshold)

@@ -7,8 +7,9 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, iter_windows, load_audio, split_into_windows
-from seq2seq_engine.audio.vad import Region, VadOptions
-from seq2seq_engine.transcription.vad_windows import TimeMap, detect_speech_windows
+from seq2seq_engine.audio.stream import is_file_source
+from seq2seq_engine.audio.vad import VadOptions, stream_speech_regions
+from seq2seq_engine.transcription.vad_windows import TimeMap, intersect_regions, pack_regions
 
 Span = Tuple[int, Optional[int]]  # [start, end) samples; end None: the end of the audio
 Cut = Tuple[int, np.ndarray, Optional[TimeMap]]  # (start sample in the input, samples, time map of packed speech)
@@ -69,15 +70,17 @@ class WindowReader:
 
     Without VAD the file is decoded as a stream of 30 s windows (audio/stream.py), cut to the clips when
     `clip_timestamps` are given, so memory holds the windows in flight, not the input. With `vad` the input is
-    decoded whole for the Silero pass (its regions need the probabilities on both sides of every pause), its speech
-    regions (inside the clips) are packed into windows with their time maps, and the whole signal is dropped.
+    read twice, each time as a stream: once for the Silero probabilities (its regions need the probabilities on both
+    sides of every pause; a float per 32 ms is all that is kept), then for the samples of its speech regions (inside
+    the clips), packed into windows with their time maps. With `max_seconds`, audio longer than that raises
+    AudioTooLong when the decoder (or the first pass) passes it, or on opening a file whose header says so.
     `position` counts the input's samples decoded so far and `skipped` those of them no window covers (outside the
     clips, or not speech); both are final once `done`. Reading problems raise AudioError (or ValueError/TypeError).
     """
 
     def __init__(self, source: Any, window_samples: int, clip_timestamps: Sequence[float] = (),
-                 vad: Optional[VadOptions] = None) -> None:
-        self.source, self.window_samples = source, window_samples
+                 vad: Optional[VadOptions] = None, max_seconds: Optional[float] = None) -> None:
+        self.source, self.window_samples, self.max_seconds = source, window_samples, max_seconds
         self.clip_timestamps, self.vad = tuple(clip_timestamps), vad
         self.position = 0
         self.covered = 0  # samples in the windows handed out
@@ -113,7 +116,7 @@ class WindowReader:
             yield block
 
     def _streamed_cuts(self) -> Iterator[Cut]:
-        self._stream = iter_windows(self.source, self.window_samples)  # opened on the first read
+        self._stream = iter_windows(self.source, self.window_samples, max_seconds=self.max_seconds)  # opened when read
         blocks = self._counted(self._stream)
         if not self.clip_timestamps:
             for samples in blocks:
@@ -123,15 +126,21 @@ class WindowReader:
             yield start, samples, None
 
     def _vad_cuts(self) -> Iterator[Cut]:
-        audio = load_audio(self.source)
-        self.position = len(audio)
-        within: Optional[List[Region]] = None
+        source = self.source if is_file_source(self.source) else load_audio(self.source)  # arrays: held already
+        start = self.source.tell() if hasattr(self.source, "seek") else None  # a file object: read it twice
+        regions, self.position = stream_speech_regions(source, self.vad, self.max_seconds)
         if self.clip_timestamps:
-            within = [(start, end) for start, end in clip_spans(self.clip_timestamps, len(audio))]
-        windows = detect_speech_windows(audio, self.vad, self.window_samples, within)
-        del audio
-        self.skipped = self.position - sum(len(window.samples) for window in windows)
-        windows.reverse()
-        while windows:  # popped, so a window's samples go with the pipeline's last reference to them
-            window = windows.pop()
-            yield window.time_map.start_sample, window.samples, window.time_map
+            regions = intersect_regions(regions, clip_spans(self.clip_timestamps, self.position))
+        groups = pack_regions(regions, self.window_samples)
+        self.skipped = self.position - sum(end - begin for group in groups for begin, end in group)
+        if not groups:
+            return
+        if start is not None:
+            self.source.seek(start)
+        self._stream = iter_windows(source, self.window_samples)
+        # Every region of a group is at most a window long: one piece each, in order.
+        pieces = clip_stream(self._stream, [region for group in groups for region in group], self.window_samples)
+        for group in groups:
+            samples = np.concatenate([next(pieces)[1] for _ in group])
+            yield group[0][0], samples, TimeMap(group)
+            del samples

@@ -7,9 +7,10 @@ import tracemalloc
 import numpy as np
 import pytest
 import soundfile as sf
-from av_media import encode, tone
+from av_media import encode, speech_clip, tone
 
 from seq2seq_engine.audio import AudioError, load_audio
+from seq2seq_engine.audio.base import AudioTooLong
 from seq2seq_engine.audio.stream import iter_windows, samples_hint
 
 WINDOW = 480_000  # 30 s at 16 kHz
@@ -100,3 +101,52 @@ def test_a_long_file_is_never_whole_in_memory(which, request):
     finally:
         tracemalloc.stop()
     assert whole_peak > whole_bytes  # what loading it whole costs, for contrast
+
+
+def _taken_before_error(windows) -> int:
+    taken = 0
+    with pytest.raises(AudioTooLong, match="longer than max_audio_seconds"):
+        for window in windows:
+            taken += len(window)
+    return taken
+
+
+def test_max_seconds_stops_the_decoder_at_the_limit():
+    from silent_media import silent_file, silent_wav
+    undeclared = silent_file(LONG_SECONDS, "webm", declare_duration=False)
+    taken = _taken_before_error(iter_windows(undeclared, WINDOW, max_seconds=70))
+    assert taken <= 70 * 16000  # only whole windows within the limit came out; the decoder stopped just past it
+    for declared in (silent_file(LONG_SECONDS), silent_wav(LONG_SECONDS)):  # refused from the header, on opening
+        assert _taken_before_error(iter_windows(declared, WINDOW, max_seconds=70)) == 0
+    assert _taken_before_error(iter_windows(np.zeros(71 * 16000, np.float32), WINDOW, max_seconds=70)) == 0
+    assert sum(map(len, iter_windows(undeclared, WINDOW, max_seconds=LONG_SECONDS))) == LONG_SECONDS * 16000
+
+
+def test_vad_reads_a_long_file_as_two_streams_never_whole():
+    """The VAD pass and the speech windows after it hold a Silero block (131 s, 8 MB) and a window at most, not the
+    20-minute signal (77 MB); over the limit, the VAD pass stops there; the windows are those of the whole signal."""
+    from silent_media import silent_file
+
+    from seq2seq_engine.audio.vad import VadOptions
+    from seq2seq_engine.transcription.window_source import WindowReader
+    seconds = 2 * LONG_SECONDS
+    data = silent_file(seconds)
+    tracemalloc.start()
+    try:
+        reader = WindowReader(data, WINDOW, vad=VadOptions())
+        while reader.next_window() is not None:
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reader.position == seconds * 16000 and peak < 32e6, peak
+    with pytest.raises(AudioTooLong):
+        WindowReader(data, WINDOW, vad=VadOptions(), max_seconds=60).next_window()
+    path_audio = np.tile(load_audio(speech_clip()[0]), 40)[:150 * 16000]
+    whole = WindowReader(path_audio, WINDOW, vad=VadOptions())  # speech: the windows as the one-pass reading cut them
+    from seq2seq_engine.transcription.vad_windows import detect_speech_windows
+    expected = detect_speech_windows(path_audio, VadOptions(), WINDOW)
+    cuts = iter(whole.next_window, None)
+    for window, (start, samples, time_map) in zip(expected, cuts, strict=True):
+        assert start == window.time_map.start_sample and time_map.regions == window.time_map.regions
+        np.testing.assert_array_equal(samples, window.samples)

@@ -10,7 +10,7 @@ import soundfile
 from seq2seq_engine.audio import iter_windows, load_audio
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription import TranscriptionOptions, vad_windows
+from seq2seq_engine.transcription import TranscriptionOptions, window_source
 from seq2seq_engine.transcription.window_source import WindowReader, clip_spans, clip_stream, clip_windows
 
 SR = 16000
@@ -77,14 +77,15 @@ def test_reader_counts_the_audio_outside_the_clips(tmp_path):
 def test_reader_packs_speech_inside_the_clips(monkeypatch):
     audio = np.arange(100 * SR, dtype=np.float32)
     regions = [(2 * SR, 8 * SR), (20 * SR, 30 * SR), (50 * SR, 90 * SR)]
-    monkeypatch.setattr(vad_windows, "speech_regions", lambda samples, options: list(regions))
+    monkeypatch.setattr(window_source, "stream_speech_regions",
+                        lambda source, options, max_seconds: (list(regions), len(load_audio(source))))
     reader = WindowReader((audio, SR), W, clip_timestamps=(5.0, 25.0, 60.0), vad=VadOptions())
     cuts = _read_all(reader)
     # the parts inside the clips: 5-8 s, 20-25 s (one window of 8 s), then 60-90 s (30 s)
     assert [(start / SR, len(samples) / SR) for start, samples, _ in cuts] == [(5, 8), (60, 30)]
     first_map = cuts[0][2]
     assert first_map.regions == [(5 * SR, 8 * SR), (20 * SR, 25 * SR)] and first_map.to_original(4.0) == 21.0
-    np.testing.assert_array_equal(cuts[0][1][:3 * SR], audio[5 * SR:8 * SR])
+    np.testing.assert_array_equal(cuts[0][1][:3 * SR], load_audio((audio, SR))[5 * SR:8 * SR])  # scaled: §70
     assert reader.position == 100 * SR and reader.skipped == 100 * SR - 38 * SR
 
 
