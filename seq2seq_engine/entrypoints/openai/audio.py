@@ -2,12 +2,16 @@
 (beside the text requests) and comes back as json, text, srt, vtt or verbose_json."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, AsyncIterator, Dict, Optional
 
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from seq2seq_engine.audio.base import TOO_LONG
+from seq2seq_engine.audio.stream import declared_seconds
 from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, parse_audio_form
 from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
@@ -29,15 +33,20 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     state = models.resolve(audio.model)
     if not state.takes_audio:
         raise APIError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)", param="model")
+    limit = models.settings.max_audio_seconds
+    declared = await run_in_threadpool(declared_seconds, audio.data)  # the header only: no decoding
+    if declared is not None and declared > limit:
+        raise _too_long(audio, limit)
     try:
-        job = TranscriptionJob(state.engine, [audio.data], audio.options, stream=audio.stream)
+        options = dataclasses.replace(audio.options, max_audio_seconds=limit if math.isfinite(limit) else None)
+        job = TranscriptionJob(state.engine, [audio.data], options, stream=audio.stream)
     except (ValueError, TypeError) as error:
         raise APIError(str(error)) from None
     headers = {"X-Request-Id": request.headers["x-request-id"]} if "x-request-id" in request.headers else None
     if audio.stream:
         return await _stream(state, job, request, audio, headers)
     [(_, result)] = await run_job(state.loop, job, request)
-    _check_decoded(result, audio)
+    _check_decoded(result, audio, limit)
     if audio.response_format in ("text", "srt", "vtt"):
         text = render(result, {"text": "txt"}.get(audio.response_format, audio.response_format),
                       audio.max_words_per_line)
@@ -47,7 +56,15 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     return JSONResponse(verbose_json(result, audio, task), headers=headers)
 
 
-def _check_decoded(result: TranscriptionResult, audio: AudioRequest) -> None:
+def _too_long(audio: AudioRequest, limit: float) -> APIError:
+    return APIError(f"{audio.filename}: the audio lasts more than this server's limit of {limit:g} seconds "
+                    f"(--max-audio-seconds)", 413, param="file", code="audio_too_long")
+
+
+def _check_decoded(result: TranscriptionResult, audio: AudioRequest, limit: float) -> None:
+    """A 413 for audio longer than the server's limit (the decoder stopped there), a 400 for audio it cannot read."""
+    if result.error is not None and TOO_LONG in result.error:
+        raise _too_long(audio, limit)
     if result.error is not None:
         raise APIError(f"{audio.filename}: {result.error.replace('<bytes>: ', '')}", param="file",
                        code="invalid_audio")
@@ -58,17 +75,19 @@ async def _stream(state: ServerState, job: TranscriptionJob, request: Request, a
     """The events of a streamed transcription. The response starts with the first message, so an upload that is
     not audio (its result comes first, with the error) is still a 400."""
     messages = job_messages(state.loop, job, request)
+    limit = state.settings.max_audio_seconds
     try:
         first = await messages.__anext__()
         if isinstance(first, InputResult):
-            _check_decoded(first.result, audio)
+            _check_decoded(first.result, audio, limit)
     except BaseException:
         await messages.aclose()
         raise
-    return EventStreamResponse(transcript_events(first, messages, audio), messages.aclose, headers)
+    return EventStreamResponse(transcript_events(first, messages, audio, limit), messages.aclose, headers)
 
 
-async def transcript_events(first: Any, messages: AsyncIterator[Any], audio: AudioRequest) -> AsyncIterator[str]:
+async def transcript_events(first: Any, messages: AsyncIterator[Any], audio: AudioRequest,
+                            limit: float = math.inf) -> AsyncIterator[str]:
     """OpenAI's streamed transcription events: a `transcript.text.delta` as each run of windows becomes final (its
     text, and its segments as an extra field), then `transcript.text.done` with the whole text and the usage."""
     message: Any = first
@@ -79,7 +98,7 @@ async def transcript_events(first: Any, messages: AsyncIterator[Any], audio: Aud
             streamed += len(segments)
             yield sse({"type": "transcript.text.delta", "delta": message.text, "segments": segments})
         else:
-            _check_decoded(message.result, audio)
+            _check_decoded(message.result, audio, limit)
             yield sse({"type": "transcript.text.done", "text": message.result.text,
                        "usage": _usage(message.result)})
         message = await messages.__anext__() if not isinstance(message, InputResult) else None

@@ -1,6 +1,6 @@
 """`seq2seq-engine serve MODEL [MODEL ...] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25]
-[engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving"). Several models share one server,
-one address and the process's cores; requests pick theirs by `model`."""
+[--max-audio-seconds 10800] [engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving").
+Several models share one server, one address and the process's cores; requests pick theirs by `model`."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +32,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--api-key", default=None,
                         help="require 'Authorization: Bearer KEY' on every route but /health and /metrics")
     parser.add_argument("--max-upload-mb", type=float, default=25.0, help="largest request body (audio uploads)")
+    parser.add_argument("--max-audio-seconds", type=float, default=3 * 3600.0,
+                        help="longest audio an upload may hold once decoded (default 10800: 3 hours; inf: no limit); "
+                             "longer uploads get a 413 before they are transcribed")
     engine = parser.add_argument_group("engine")
     add_precision_arguments(engine)
     engine.add_argument("--seed", type=int, default=0)
@@ -74,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         names = served_names(args)
-        settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024))
+        settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
+                                  args.max_audio_seconds)
         engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
                    for name, model in zip(names, args.model)}
     except (ValueError, TypeError, FileNotFoundError) as error:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Optional, Tuple
 
@@ -16,12 +17,15 @@ class ServerSettings:
     port: int = 8000
     api_key: Optional[str] = None
     max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own audio upload limit
+    max_audio_seconds: float = 3 * 3600.0  # of decoded audio per upload (decisions §73); inf: none
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.max_upload_bytes < 1:
             raise ValueError(f"max_upload_bytes must be >= 1, got {self.max_upload_bytes}")
+        if math.isnan(self.max_audio_seconds) or self.max_audio_seconds <= 0:
+            raise ValueError(f"max_audio_seconds must be > 0 (inf: no limit), got {self.max_audio_seconds}")
 
 
 @dataclasses.dataclass(frozen=True)
