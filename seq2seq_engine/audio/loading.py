@@ -7,7 +7,8 @@ Choices (documented because they affect numerics):
   webm, mp4/mkv audio tracks, ...) are decoded by FFmpeg through PyAV (``av_decode.py``): libsndfile's MP3 samples
   depend on the size of its reads (block reads of 1000 frames came back corrupt), so it cannot stream them.
 * Multi-channel audio is down-mixed by averaging the channels.
-* Float samples above full scale are scaled down to a peak of 1.0 (with a warning); NaN or infinite samples are
+* Float arrays above full scale are scaled down to a peak of 1.0 (with a warning); files decode as they are (a
+  stream cannot know the whole file's peak, and codecs overshoot full scale slightly). NaN or infinite samples are
   refused.
 * Resampling uses ``soxr`` with quality ``"HQ"`` (``soxr_hq``) and the output is padded or
   trimmed to ``ceil(n * target_sr / source_sr)`` samples.  This is exactly what
@@ -64,7 +65,7 @@ def _to_float32(arr: np.ndarray, name: str) -> np.ndarray:
             bad = int(out.size - np.count_nonzero(finite))
             what = "NaN" if np.isnan(out).any() else "infinite"
             raise AudioError(f"{name}: {bad} of {out.size} samples are {what} (non-finite values)")
-        return _within_full_scale(out, name)
+        return out
     if dt.kind in "iu":
         raise AudioError(
             f"{name}: unsupported integer dtype {dt} (full scale is ambiguous); "
@@ -76,9 +77,9 @@ def _to_float32(arr: np.ndarray, name: str) -> np.ndarray:
 
 
 def _within_full_scale(samples: np.ndarray, name: str) -> np.ndarray:
-    """Float samples scaled down to a peak of 1.0 where they pass full scale (integer PCM passed as floats, a gain
-    error): Whisper's log-mel is not scale-invariant, and audio far above full scale decodes into garbage, slowly
-    (decisions §70). Samples within [-1, 1] are returned as they are."""
+    """An in-memory float array scaled down to a peak of 1.0 where it passes full scale (integer PCM passed as
+    floats, a gain error): Whisper's log-mel is not scale-invariant, and audio far above full scale decodes into
+    garbage, slowly (decisions §70). Samples within [-1, 1] are returned as they are."""
     peak = float(np.max(np.abs(samples))) if samples.size else 0.0
     if peak <= 1.0:
         return samples
@@ -210,7 +211,7 @@ def load_audio(source: Any, target_sr: int = SAMPLE_RATE, *, channels_first: boo
             raise AudioError(f"{name}: cannot convert to an array: {e}") from e
         if arr.size == 0:
             raise AudioError(f"{name}: audio is empty (no samples)")
-        arr = _to_float32(arr, name)
+        arr = _within_full_scale(_to_float32(arr, name), name)
         arr = _to_mono(arr, name, channels_first)
 
     arr = resample(arr, sr, target_sr)

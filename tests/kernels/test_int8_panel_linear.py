@@ -5,7 +5,6 @@ the row and column scales and the bias. Every row-tile size, widths off the 32-c
 exactly (a pair of 8-bit products at its largest included, which would saturate vpmaddubsw's int16 on the unsigned
 q + 128), whichever code path is built: AVX-512 VNNI, AVX-VNNI or AVX2, the one this CPU's flags (or
 SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call for."""
-import os
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from seq2seq_engine.kernels.native_int8 import (GROUP, int8_linear_available, in
                                                 to_int8_panels, unpack_int8_panels)
 from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH
 from seq2seq_engine.models.int8 import quantize_weight
+from seq2seq_engine.platforms import current_platform
 
 needs_kernel = pytest.mark.skipif(not int8_linear_available(), reason="no int8 kernel here: the CPU has no AVX2")
 
@@ -42,7 +42,7 @@ def _integer_sums(x, qweight):
 
 
 def test_the_build_reports_the_code_path_of_its_target():
-    march = os.environ.get("SEQ2SEQ_ENGINE_NATIVE_MARCH", "").strip() or "native"
+    march = current_platform().native_march()     # SEQ2SEQ_ENGINE_NATIVE_MARCH, a CPU_ISA cap's target, or native
     flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
     if flags is None:
         pytest.skip(f"no expected code path for -march={march}")

@@ -3,7 +3,6 @@ inputs: every row-tile size of its AVX-512 and AVX2 tiles, output widths off the
 rows, with and without bias, each activation; a row's result does not depend on how many rows share the call. Its
 bfloat16-weight panels give the float32 kernel's bits on the weight rounded to bfloat16. The code path built is the
 one this CPU's flags (or SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call for."""
-import os
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from linear_isa import MARCH_FLAGS, cpu_flags, panel_isa
 
 from seq2seq_engine.kernels.native_linear import (PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear, panel_linear_available,
                                                   panel_linear_isa, to_panels)
+from seq2seq_engine.platforms import current_platform
 
 needs_kernel = pytest.mark.skipif(not panel_linear_available(),
                                   reason="no panel kernel here: the CPU has neither AVX-512F nor AVX2 + FMA")
@@ -42,7 +42,7 @@ def test_bfloat16_panels_hold_the_weight_rounded_as_torch_rounds_it():
 
 
 def test_the_build_reports_the_code_path_of_its_target():
-    march = os.environ.get("SEQ2SEQ_ENGINE_NATIVE_MARCH", "").strip() or "native"
+    march = current_platform().native_march()     # SEQ2SEQ_ENGINE_NATIVE_MARCH, a CPU_ISA cap's target, or native
     flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
     if flags is None:
         pytest.skip(f"no expected code path for -march={march}")

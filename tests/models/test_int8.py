@@ -12,6 +12,7 @@ from seq2seq_engine.kernels.native_int8 import int8_linear_available
 from seq2seq_engine.models.int8 import (Int8Embedding, Int8Linear, activations_need_reduced_range,
                                         int8_unsupported_reason, quantize_weight)
 from seq2seq_engine.models.packed_linear import PackedLinear, linear_then_activation
+from seq2seq_engine.platforms import current_platform
 
 pytestmark = pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build")
 NEEDS_NATIVE_INT8 = pytest.mark.skipif(not int8_linear_available(), reason="the native int8 kernel did not build here")
@@ -145,8 +146,7 @@ def test_reduced_range_follows_vnni_and_a_forced_fbgemm_isa(monkeypatch):
     monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
     assert activations_need_reduced_range()
     monkeypatch.delenv("FBGEMM_ENABLE_INSTRUCTIONS")
-    vnni = torch.cpu._is_avx512_supported() and torch.cpu._is_vnni_supported()
-    assert activations_need_reduced_range() is (not vnni)
+    assert activations_need_reduced_range() is (current_platform().int8_dot != "avx512_vnni")
 
 
 # ------------------------------------------------------------------------------------------------ models
