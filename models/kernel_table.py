@@ -40,7 +40,7 @@ def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
     """(what, kernel) rows: which kernel each layer role x dtype and each engine operation runs on this CPU."""
     if platform.native_bf16:
         bf16 = "torch bfloat16 matmuls (native bf16)"
-    elif float32_packing(decode_step=True) == "panels":
+    elif float32_packing(decode_step=True, bf16_weights=True) == "panels":
         bf16 = f"bfloat16 weights on the native panel kernel ({panel_linear_isa()}), computed in float32"
     else:
         bf16 = "computed in float32 on bfloat16-rounded weights (no native bf16 here)"

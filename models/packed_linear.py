@@ -37,11 +37,14 @@ def onednn_linear_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def float32_packing(decode_step: bool = False) -> Optional[str]:
+def float32_packing(decode_step: bool = False, bf16_weights: bool = False) -> Optional[str]:
     """The packing a float32 linear gets here, one of PACKINGS, or None (plain F.linear): the first kernel of the
     platform's order for the linear's role (seq2seq_engine/platforms/cpu_policy.py) that is available. A packing
-    forced by SEQ2SEQ_ENGINE_PACKED_LINEAR is refused where it is missing."""
+    forced by SEQ2SEQ_ENGINE_PACKED_LINEAR is refused where it is missing. `bf16_weights` puts the panels first
+    where the order has them: only they hold bfloat16 weights."""
     order = current_platform().float32_linear_order("decode_step" if decode_step else "other")
+    if bf16_weights and "panels" in order:     # only the panels keep bfloat16 weights: their memory is the point
+        order = ("panels", *(kernel for kernel in order if kernel != "panels"))
     available = {"panels": panel_linear_available, "onednn": onednn_linear_available}
     if len(order) == 1 and order[0] in PACKINGS and not available[order[0]]():
         raise ValueError(f"{PACKED_LINEAR_ENV}={order[0]}: that packing is not available here ("
@@ -161,7 +164,8 @@ def pack_logits_head(model: nn.Module, weight_dtype: torch.dtype = torch.float32
         return False
     bias = None if bias is None else bias.detach()
     model.set_lm_head(PackedLinear(weight.detach(), bias, keep_weight=tied is not None,
-                                   panels=float32_packing(decode_step=True) == "panels", weight_dtype=weight_dtype))
+                                   panels=float32_packing(True, weight_dtype == torch.bfloat16) == "panels",
+                                   weight_dtype=weight_dtype))
     return True
 
 
@@ -186,7 +190,7 @@ def pack_linears(module: nn.Module, decode_step: Optional[Set[int]] = None,
         if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu" or id(linear) in kept:
             return None
         bias = None if linear.bias is None else linear.bias.detach()
-        panels = float32_packing(decode_step=id(linear) in decode_step) == "panels"
+        panels = float32_packing(id(linear) in decode_step, weight_dtype == torch.bfloat16) == "panels"
         return PackedLinear(linear.weight.detach(), bias, keep_weight=False, panels=panels, weight_dtype=weight_dtype)
     return replace_linears(module, packed)
 

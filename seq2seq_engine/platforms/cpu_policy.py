@@ -117,7 +117,7 @@ class CpuPlatform:
             return (choice,)
         if choice not in ("", "1", "true", "yes", "on", "auto"):
             raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
-        if role == "other" and self.info.vendor == INTEL and self.isa == "avx512":
+        if self.isa != "avx512" or (role == "other" and self.info.vendor == INTEL):
             return ("onednn", "panels", "torch")
         return ("panels", "onednn", "torch")
 
