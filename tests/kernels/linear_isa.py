@@ -2,6 +2,10 @@
 -march=native targets) or from what a named -march enables, following the kernels' preprocessor conditions."""
 from typing import FrozenSet
 
+import pytest
+
+from seq2seq_engine.platforms import current_platform
+
 # -march value -> the instruction-set flags (as /proc/cpuinfo spells them) it lets the compiler use, of those the
 # kernels test, and the ones the CPU needs to run the build.
 MARCH_FLAGS = {"x86-64": frozenset(), "x86-64-v3": frozenset({"avx2", "fma"}),
@@ -9,15 +13,18 @@ MARCH_FLAGS = {"x86-64": frozenset(), "x86-64-v3": frozenset({"avx2", "fma"}),
 
 
 def cpu_flags() -> FrozenSet[str]:
-    """This CPU's flags ({} where /proc/cpuinfo is missing)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    """This CPU's flags (the platform's probe; empty where /proc/cpuinfo is missing)."""
+    return current_platform().info.flags
+
+
+def target_flags() -> FrozenSet[str]:
+    """The flags this process's kernels were built for: the CPU's under -march=native, else what the platform's
+    -march (SEQ2SEQ_ENGINE_NATIVE_MARCH or a SEQ2SEQ_ENGINE_CPU_ISA cap) enables; skips for an unknown -march."""
+    march = current_platform().native_march()
+    flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
+    if flags is None:
+        pytest.skip(f"no expected code path for -march={march}")
+    return flags
 
 
 def panel_isa(flags: FrozenSet[str]) -> str:

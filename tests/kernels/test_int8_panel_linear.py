@@ -9,13 +9,12 @@ SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_builds.py) call for."""
 import pytest
 import torch
 import torch.nn.functional as F
-from linear_isa import MARCH_FLAGS, cpu_flags, int8_isa
+from linear_isa import int8_isa, target_flags
 
 from seq2seq_engine.kernels.native_int8 import (GROUP, int8_linear_available, int8_linear_isa, int8_panel_linear,
                                                 to_int8_panels, unpack_int8_panels)
 from seq2seq_engine.kernels.native_linear import PANEL_ACTIVATIONS, PANEL_WIDTH
 from seq2seq_engine.models.int8 import quantize_weight
-from seq2seq_engine.platforms import current_platform
 
 needs_kernel = pytest.mark.skipif(not int8_linear_available(), reason="no int8 kernel here: the CPU has no AVX2")
 
@@ -42,10 +41,7 @@ def _integer_sums(x, qweight):
 
 
 def test_the_build_reports_the_code_path_of_its_target():
-    march = current_platform().native_march()     # SEQ2SEQ_ENGINE_NATIVE_MARCH, a CPU_ISA cap's target, or native
-    flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
-    if flags is None:
-        pytest.skip(f"no expected code path for -march={march}")
+    flags = target_flags()
     assert int8_linear_isa() == int8_isa(flags)
     assert int8_linear_available() == (int8_isa(flags) != "none")
 

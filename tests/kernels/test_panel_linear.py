@@ -7,11 +7,10 @@ one this CPU's flags (or SEQ2SEQ_ENGINE_NATIVE_MARCH's target, test_linear_build
 import pytest
 import torch
 import torch.nn.functional as F
-from linear_isa import MARCH_FLAGS, cpu_flags, panel_isa
+from linear_isa import panel_isa, target_flags
 
 from seq2seq_engine.kernels.native_linear import (PANEL_ACTIVATIONS, PANEL_WIDTH, panel_linear, panel_linear_available,
                                                   panel_linear_isa, to_panels)
-from seq2seq_engine.platforms import current_platform
 
 needs_kernel = pytest.mark.skipif(not panel_linear_available(),
                                   reason="no panel kernel here: the CPU has neither AVX-512F nor AVX2 + FMA")
@@ -42,10 +41,7 @@ def test_bfloat16_panels_hold_the_weight_rounded_as_torch_rounds_it():
 
 
 def test_the_build_reports_the_code_path_of_its_target():
-    march = current_platform().native_march()     # SEQ2SEQ_ENGINE_NATIVE_MARCH, a CPU_ISA cap's target, or native
-    flags = cpu_flags() if march == "native" else MARCH_FLAGS.get(march)
-    if flags is None:
-        pytest.skip(f"no expected code path for -march={march}")
+    flags = target_flags()
     assert panel_linear_isa() == panel_isa(flags)
     assert panel_linear_available() == (panel_isa(flags) != "none")
 
