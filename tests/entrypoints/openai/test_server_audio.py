@@ -147,8 +147,10 @@ def test_client_leaving_a_transcription_aborts_its_job(server, clip, tmp_path):
 
     from seq2seq_engine.audio import load_audio
     samples = load_audio(clip)
-    long_file = tmp_path / "long.wav"  # four minutes: windows still decoding when the client leaves
-    soundfile.write(long_file, np.concatenate([samples, np.zeros(16000 * 27, np.float32)] * 8), 16000)
+    # about five minutes of dense speech (VAD keeps it all): ten windows still decoding when the client leaves,
+    # however fast the machine
+    long_file = tmp_path / "long.wav"
+    soundfile.write(long_file, np.tile(samples, -(-16000 * 300 // len(samples))), 16000)
     audio_seconds = _metric(server, "audio_seconds_total")
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=1.0, files={"file": open(long_file, "rb")},
