@@ -193,12 +193,15 @@ class LLMEngine:
 
 def _with_compute_dtype(args: EngineArgs) -> EngineArgs:
     """`args` with the dtype the platform computes the requested one in (bfloat16 runs in float32 on a CPU without
-    native bf16 matmuls, where emulated bf16 measured several times slower), saying so when it differs."""
+    native bf16 matmuls, where emulated bf16 measured several times slower), saying so when it differs; an "auto"
+    KV cache keeps the requested dtype (its memory is what bfloat16 was asked for)."""
     if DeviceConfig(args.device).resolved != "cpu":
         return args
     dtype = current_platform("cpu").compute_dtype(args.dtype)
     if dtype == args.dtype:
         return args
     logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s, "
-                "its linear layers keep %s weights where they run on the panel kernel", args.dtype, dtype, args.dtype)
-    return dataclasses.replace(args, dtype=dtype)
+                "its linear layers keep %s weights where they run on the panel kernel and the KV cache stays %s",
+                args.dtype, dtype, args.dtype, args.dtype)
+    kv_cache_dtype = args.dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
+    return dataclasses.replace(args, dtype=dtype, kv_cache_dtype=kv_cache_dtype)

@@ -28,8 +28,8 @@ def avx2_cap(monkeypatch):
     current_platform.cache_clear()
 
 
-def _generate(model_dir, dtype):
-    llm = LLM(model_dir, dtype=dtype, skip_tokenizer_init=True, kv_cache_space_gb=0.01)
+def _generate(model_dir, dtype, **kwargs):
+    llm = LLM(model_dir, dtype=dtype, skip_tokenizer_init=True, kv_cache_space_gb=0.01, **kwargs)
     output = llm.generate([PROMPT], SamplingParams(max_tokens=5, temperature=0.0), use_tqdm=False)[0]
     return llm, output.outputs[0].token_ids
 
@@ -58,14 +58,15 @@ def test_bfloat16_keeps_bf16_linear_weights_and_computes_in_float32_without_nati
     lines = _log_lines(caplog, capfd)
     model = llm.llm_engine.model_runner.model
     assert {p.dtype for p in model.parameters()} <= {torch.float32}
-    assert llm.llm_engine.kv_cache_dtype == torch.float32
+    assert llm.llm_engine.kv_cache_dtype == torch.bfloat16        # the KV cache keeps what was asked for
     assert any("dtype bfloat16 has no native support on this CPU" in line for line in lines)
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     assert packed and all(m.weight_dtype == torch.bfloat16 for m in packed)
     if panel_linear_available():    # the panels hold the weights in bfloat16: half the bytes
         assert all(m.packed_weight.dtype == torch.bfloat16 for m in packed)
-    # the panel kernel widens bf16 weights exactly, so the float32 run of the same (bf16-valued) weights matches
-    assert tokens == _generate(model_dir, "float32")[1]
+    # the panel kernel widens bf16 weights exactly, so a float32 run of the same (bf16-valued) weights over a
+    # bfloat16 KV cache gives the same tokens
+    assert tokens == _generate(model_dir, "float32", kv_cache_dtype="bfloat16")[1]
     line = _platform_lines(lines)[0]
     assert "kernel level avx2 (capped by SEQ2SEQ_ENGINE_CPU_ISA)" in line and "float32 linear, decode step:" in line
 
