@@ -25,15 +25,13 @@ import torch
 
 from seq2seq_engine.cache_dir import cache_root
 from seq2seq_engine.platforms import current_platform
+from seq2seq_engine.platforms.cpu_policy import MARCH_ENV
 from seq2seq_engine.platforms.overrides import env_switch
 
 logger = logging.getLogger(__name__)
 
 NATIVE_ENV = "SEQ2SEQ_ENGINE_NATIVE_KERNELS"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-# The target the kernels are compiled for: this CPU, or the -march value named here (x86-64-v3 builds the AVX2
-# code paths on an AVX-512 machine; the tests use it to run the portable loops).
-MARCH_ENV = "SEQ2SEQ_ENGINE_NATIVE_MARCH"
 COMPILE_FLAGS = ["-O3", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
 LINK_FLAGS = ["-lm"]
 
