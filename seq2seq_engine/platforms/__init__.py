@@ -19,9 +19,6 @@ class CudaPlatform:
     device_name: str
     name: str = "cuda"
 
-    def compute_dtype(self, dtype: str) -> str:
-        return dtype
-
     def describe(self) -> Dict[str, str]:
         return {"gpu": self.device_name}
 
