@@ -60,9 +60,17 @@ ALWAYS_INLINE void panel_linear(const float *x, int64_t x_stride, int64_t num_ro
         const int64_t next_panel = first_panel + panels_here;
         const int64_t next_panels = min64(panels_per_group, num_panels - next_panel);
         const int64_t cols = min64(n_size - first_col, panels_here * PANEL);
-        panel_group(x, x_stride, num_rows, k_size, panels + first_panel * panel_bytes, (int)panels_here,
-                    bias ? bias + first_col : 0, out + first_col, out_stride, cols, activation,
-                    panels + next_panel * panel_bytes, next_panels * panel_bytes / LINE_BYTES, bf16);
+        const char *group = panels + first_panel * panel_bytes, *next = panels + next_panel * panel_bytes;
+        const float *group_bias = bias ? bias + first_col : 0;
+        const int64_t next_lines = next_panels * panel_bytes / LINE_BYTES;
+        /* bf16 is a shared variable inside the OpenMP body: branch once here so each copy has it as a constant
+         * (a runtime test in the k loop costs registers and a branch per step) */
+        if (bf16)
+            panel_group(x, x_stride, num_rows, k_size, group, (int)panels_here, group_bias, out + first_col,
+                        out_stride, cols, activation, next, next_lines, 1);
+        else
+            panel_group(x, x_stride, num_rows, k_size, group, (int)panels_here, group_bias, out + first_col,
+                        out_stride, cols, activation, next, next_lines, 0);
     }
 }
 
