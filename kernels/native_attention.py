@@ -13,8 +13,8 @@ _OVER_CAPACITY = 3
 
 
 def paged_attention_isa() -> str:
-    """The code path the native paged attention kernel was built with here: "avx512" (register tiles),
-    "portable" (compiler-vectorised loops), or "none" where it did not build."""
+    """The code path the native paged attention kernel was built with here: "avx512" or "avx2" (register
+    tiles), "portable" (compiler-vectorised loops), or "none" where it did not build."""
     library = load_library("paged_attention_cpu")
     if library is None:
         return "none"

@@ -1,7 +1,8 @@
-/* The two passes of paged_attention_cpu.c written for AVX-512 (included by it when the CPU has AVX-512F/BW/VL).
+/* The tiles of paged_attention_cpu.c's two passes written for AVX-512 (included by it when the CPU has
+ * AVX-512F/BW/VL; the passes that walk a run over them are paged_attention_passes.h).
  *
- * scores_pass: one dot product per (query row, cached position), bfloat16 rows widened in registers.
- * values_pass: tiles of up to 4 query rows x 64 output floats accumulate in 16 registers over every cached
+ * scores pass: one dot product per (query row, cached position), bfloat16 rows widened in registers.
+ * values pass: tiles of up to 4 query rows x 64 output floats accumulate in 16 registers over every cached
  * position, then are divided by their softmax sums and stored once. (The portable loop adds each position's
  * weighted row into the output in memory: every add waits for the previous store of the same row.)
  * Many query rows over one long kv head (T5's cross-attention over the encoder states: 12 rows x 768 floats) take
@@ -40,35 +41,6 @@ ALWAYS_INLINE float row_score(const Job *job, const Scratch *scratch, const floa
         sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q_row + i), key, sum);
     }
     return _mm512_reduce_add_ps(sum) * job->scale;
-}
-
-ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, const int bf16) {
-    const int64_t d = job->head_size, width = job->num_kv_heads * d;
-    const float *q = job->query + run->first * job->num_heads * d;
-    /* the run's rows are (sequence, head) sequence-major from `first`, like the bias rows */
-    const float *bias = job->position_bias ? job->position_bias + run->first * job->num_heads * job->bias_len : NULL;
-    const int64_t row_bytes = width * (bf16 ? 2 : 4);
-    /* The values pass reads the V rows next: fetching each with its K row overlaps the two streams. float32 rows
-     * only while the run's K and V rows fit in half the L2: past that the K stream evicts V rows before the
-     * values pass reads them and they come from memory twice; bfloat16 rows, widened as they are read, gain from
-     * the overlap at every length measured (decisions §31). */
-    const int64_t prefetch_end = bf16 || run->context * row_bytes <= job->v_prefetch_bytes ? row_bytes : 0;
-    for (int64_t t = 0; t < run->context; t++) {
-        const int64_t row_start = scratch->slots[t] * width;
-        const char *v_row = (const char *)job->value_cache + row_start * (bf16 ? 2 : 4);
-        for (int64_t byte = 0; byte < prefetch_end; byte += 64) _mm_prefetch(v_row + byte, _MM_HINT_T1);
-        for (int64_t r = 0; r < run->rows; r++)
-            scratch->scores[r * run->context + t] =
-                row_score(job, scratch, q + r * d, r, t, bf16) + (bias ? bias[r * job->bias_len + t] : 0.0f);
-    }
-}
-
-/* Whether the `count` rows from `first_row` read the same kv head (grouped-query rows of one sequence). */
-ALWAYS_INLINE int share_kv_head(const Scratch *scratch, int64_t first_row, int64_t count, int64_t rows) {
-    if (first_row + count > rows) return 0;
-    for (int64_t k = 1; k < count; k++)
-        if (scratch->kv_offsets[first_row + k] != scratch->kv_offsets[first_row]) return 0;
-    return 1;
 }
 
 /* The lane sums of four registers, in order: pairs interleaved and added, then the 128-bit quarters added. */
@@ -123,35 +95,6 @@ ALWAYS_INLINE void shared_scores_tile(const Job *job, const Run *run, Scratch *s
                       _mm_mul_ps(sum_of_four(sum[r][0], sum[r][1], sum[r][2], sum[r][3]), scale));
 }
 
-/* The scores of grouped rows without a position bias: shared tiles where SCORE_ROWS rows read one kv head, every
- * other score (row and position tails, rows of two kv heads) one at a time. */
-ALWAYS_INLINE int shared_scores_of(const Job *job, const Run *run, Scratch *scratch, const int bf16) {
-    if (job->position_bias || job->head_size < SHARED_MIN_HEAD_SIZE ||
-        !share_kv_head(scratch, 0, SCORE_ROWS, run->rows))
-        return 0;
-    const float *q = job->query + run->first * job->num_heads * job->head_size;
-    const int64_t full_t = run->context - run->context % SCORE_POSITIONS;
-    for (int64_t first_row = 0; first_row < run->rows; first_row += SCORE_ROWS) {
-        const int shared = share_kv_head(scratch, first_row, SCORE_ROWS, run->rows);
-        const int64_t rows = run->rows - first_row < SCORE_ROWS ? run->rows - first_row : SCORE_ROWS;
-        for (int64_t t = shared ? full_t : 0; t < run->context; t++)
-            for (int64_t r = first_row; r < first_row + rows; r++)
-                scratch->scores[r * run->context + t] =
-                    row_score(job, scratch, q + r * job->head_size, r, t, bf16);
-        for (int64_t t = 0; shared && t < full_t; t += SCORE_POSITIONS)
-            shared_scores_tile(job, run, scratch, q, first_row, t, bf16);
-    }
-    return 1;
-}
-
-static void scores_pass(const Job *job, const Run *run, Scratch *scratch) {
-    if (job->cache_is_bf16) {
-        if (!shared_scores_of(job, run, scratch, 1)) scores_of(job, run, scratch, 1);
-    } else if (!shared_scores_of(job, run, scratch, 0)) {
-        scores_of(job, run, scratch, 0);
-    }
-}
-
 /* out[rows x 64 floats from `column`] of `rows` query rows from `first_row`, normalised by their sums. */
 ALWAYS_INLINE void values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
                                int64_t column, const int rows, const int bf16) {
@@ -183,6 +126,7 @@ ALWAYS_INLINE void values_tile(const Job *job, const Run *run, const Scratch *sc
 /* out[SHARED_VALUE_ROWS rows reading one kv head x 64 floats from `column`]: each V load feeds six rows, whose
  * 24 sums stay in registers over every position. */
 #define SHARED_VALUE_ROWS 6
+#define SHARED_VALUE_WIDTH TILE_WIDTH
 #define VALUE_PREFETCH_ROWS 16
 ALWAYS_INLINE void shared_values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
                                       int64_t column, const int bf16) {
@@ -218,30 +162,15 @@ ALWAYS_INLINE void shared_values_tile(const Job *job, const Run *run, const Scra
     }
 }
 
-ALWAYS_INLINE void values_of(const Job *job, const Run *run, const Scratch *scratch, const int bf16) {
-    int64_t first_row = 0;
-    while (job->head_size >= SHARED_MIN_HEAD_SIZE &&
-           share_kv_head(scratch, first_row, SHARED_VALUE_ROWS, run->rows)) {
-        for (int64_t column = 0; column < job->head_size; column += TILE_WIDTH)
-            shared_values_tile(job, run, scratch, first_row, column, bf16);
-        first_row += SHARED_VALUE_ROWS;
-    }
-    for (; first_row < run->rows; first_row += TILE_ROWS) {
-        const int64_t rows = run->rows - first_row < TILE_ROWS ? run->rows - first_row : TILE_ROWS;
-        for (int64_t column = 0; column < job->head_size; column += TILE_WIDTH) {
-            switch (rows) {
-                case 1: values_tile(job, run, scratch, first_row, column, 1, bf16); break;
-                case 2: values_tile(job, run, scratch, first_row, column, 2, bf16); break;
-                case 3: values_tile(job, run, scratch, first_row, column, 3, bf16); break;
-                default: values_tile(job, run, scratch, first_row, column, TILE_ROWS, bf16);
-            }
-        }
+
+/* values_tile for the 1 to TILE_ROWS - 1 rows left at the end of a run (a constant in each copy). */
+ALWAYS_INLINE void values_tail_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
+                                    int64_t column, const int rows, const int bf16) {
+    switch (rows) {
+        case 1: values_tile(job, run, scratch, first_row, column, 1, bf16); break;
+        case 2: values_tile(job, run, scratch, first_row, column, 2, bf16); break;
+        default: values_tile(job, run, scratch, first_row, column, 3, bf16);
     }
 }
 
-static void values_pass(const Job *job, const Run *run, Scratch *scratch) {
-    if (job->cache_is_bf16)
-        values_of(job, run, scratch, 1);
-    else
-        values_of(job, run, scratch, 0);
-}
+#include "paged_attention_passes.h"

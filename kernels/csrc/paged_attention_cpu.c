@@ -10,7 +10,9 @@
  * Consecutive sequences with the same length and the same blocks form a run (the beams of a request over its
  * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among
  * `num_threads` OpenMP threads (torch's own pool: the library links the libgomp torch loaded) through an atomic
- * counter.
+ * counter. The two passes over a run (scores, then softmax-weighted values) are paged_attention_passes.h over the
+ * tiles of paged_attention_avx512.h or paged_attention_avx2.h where the build targets those instruction sets, and
+ * the portable loops below elsewhere.
  */
 #include <math.h>
 #include <stdint.h>
@@ -76,6 +78,9 @@ static void run_kv_offsets(const Job *job, int64_t rows, int64_t *offsets) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include "paged_attention_avx512.h"
 const char *paged_attention_isa(void) { return "avx512"; }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include "paged_attention_avx2.h"
+const char *paged_attention_isa(void) { return "avx2"; }
 #else
 const char *paged_attention_isa(void) { return "portable"; }
 

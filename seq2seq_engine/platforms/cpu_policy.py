@@ -106,8 +106,8 @@ class CpuPlatform:
 
     def float32_linear_order(self, role: str) -> Tuple[str, ...]:
         """FLOAT32_KERNELS in the order a float32 linear of `role` (LINEAR_ROLES) tries them: the panels first (their
-        AVX-512 or AVX2 tiles), except oneDNN first for the other linears on Intel CPUs, where it measured faster over
-        many rows (decisions §34). SEQ2SEQ_ENGINE_PACKED_LINEAR forces one or plain F.linear."""
+        AVX-512 or AVX2 tiles), except oneDNN first for the other linears on Intel CPUs and below AVX-512, where it
+        measured faster over many rows (decisions §34). SEQ2SEQ_ENGINE_PACKED_LINEAR forces one or plain F.linear."""
         if role not in LINEAR_ROLES:
             raise ValueError(f"linear role must be one of {LINEAR_ROLES}, got {role!r}")
         choice = override_value(PACKED_LINEAR_ENV).lower()
@@ -117,7 +117,7 @@ class CpuPlatform:
             return (choice,)
         if choice not in ("", "1", "true", "yes", "on", "auto"):
             raise ValueError(f"{PACKED_LINEAR_ENV} must be 0, 1, panels or onednn, got {choice!r}")
-        if role == "other" and self.info.vendor == INTEL:
+        if role == "other" and (self.info.vendor == INTEL or self.isa != "avx512"):
             return ("onednn", "panels", "torch")
         return ("panels", "onednn", "torch")
 

@@ -1,5 +1,6 @@
-"""The code path each build of the native linear kernels must report, from the CPU's /proc/cpuinfo flags (what
--march=native targets) or from what a named -march enables, following the kernels' preprocessor conditions."""
+"""The code path each build of the native linear and attention kernels must report, from the CPU's /proc/cpuinfo
+flags (what -march=native targets) or from what a named -march enables, following the kernels' preprocessor
+conditions."""
 from typing import FrozenSet
 
 import pytest
@@ -8,7 +9,7 @@ from seq2seq_engine.platforms import current_platform
 
 # -march value -> the instruction-set flags (as /proc/cpuinfo spells them) it lets the compiler use, of those the
 # kernels test, and the ones the CPU needs to run the build.
-MARCH_FLAGS = {"x86-64": frozenset(), "x86-64-v3": frozenset({"avx2", "fma"}),
+MARCH_FLAGS = {"x86-64": frozenset(), "x86-64-v2": frozenset(), "x86-64-v3": frozenset({"avx2", "fma"}),
                "alderlake": frozenset({"avx2", "fma", "avx_vnni"})}
 
 
@@ -30,6 +31,13 @@ def target_flags() -> FrozenSet[str]:
 def panel_isa(flags: FrozenSet[str]) -> str:
     """panel_linear_cpu.c: AVX-512F, else AVX2 + FMA."""
     return "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else "none"
+
+
+def attention_isa(flags: FrozenSet[str]) -> str:
+    """paged_attention_cpu.c: AVX-512 F/BW/VL, else AVX2 + FMA, else the portable loops."""
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= flags else "portable"
 
 
 def int8_isa(flags: FrozenSet[str]) -> str:
