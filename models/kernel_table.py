@@ -50,7 +50,7 @@ def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
         ("float32 linear, other", _float32_linear(decode_step=False)),
         ("bfloat16 linear", bf16),
         ("int8 linear", _int8_linear()),
-        ("prefill attention", "torch SDPA per segment of the xformers block-diagonal bias"),
+        ("prefill attention", "torch SDPA per block of the block-diagonal mask"),
         ("paged decode attention", f"native ({attention})" if attention != "none" else "torch gather"),
         ("KV cache writes", _native_or_torch("cache_write_cpu", "native row copy", "torch index_copy_")),
         ("norms, rotary, gated activations", _native_or_torch("fused_ops_cpu", "native fused", "torch")),

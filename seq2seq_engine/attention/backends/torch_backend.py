@@ -6,8 +6,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from seq2seq_engine.attention.bias import (AttentionBias, BlockDiagonalCausalFromBottomRightMask, is_causal,
-                                           segment_bounds)
+from seq2seq_engine.attention.bias import AttentionBias, block_causal_mask, is_causal, segment_bounds
 from seq2seq_engine.attention.metadata import AttentionMetadata
 from seq2seq_engine.attention.position_bias import PositionBiasFn, StepPositionBias, as_step_bias
 from seq2seq_engine.attention.types import AttentionType
@@ -29,13 +28,6 @@ def _runs_of_equal_shape(bias: AttentionBias) -> List[Tuple[int, int, int, int, 
     return [tuple(run) for run in runs]
 
 
-def _causal_mask(q_len: int, k_len: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
-    shift = k_len - q_len if bottom_right else 0
-    rows = torch.arange(q_len, device=device)[:, None]
-    cols = torch.arange(k_len, device=device)[None, :]
-    return cols <= rows + shift
-
-
 def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: AttentionBias,
                      scale: float, position_bias: Optional[PositionBias] = None) -> torch.Tensor:
     """Block-diagonal attention. query [Tq, H, D]; key/value [Tk, Hkv, D]; returns [Tq, H, D]. With
@@ -45,7 +37,7 @@ def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     num_heads, head_size = query.shape[1], query.shape[2]
     num_kv_heads = key.shape[1]
     causal = is_causal(bias)
-    bottom_right = isinstance(bias, BlockDiagonalCausalFromBottomRightMask)
+    bottom_right = bias.bottom_right
     output = torch.empty_like(query)
     for q_start, k_start, count, q_len, k_len in _runs_of_equal_shape(bias):
         q = query[q_start:q_start + count * q_len].view(count, q_len, num_heads, head_size).transpose(1, 2)
@@ -59,7 +51,7 @@ def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         elif causal and q_len == k_len:
             use_is_causal = True
         elif causal:
-            mask = _causal_mask(q_len, k_len, bottom_right, query.device)
+            mask = block_causal_mask(q_len, k_len, k_len - q_len if bottom_right else 0, query.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=use_is_causal, scale=scale,
                                              enable_gqa=num_heads != num_kv_heads)
         output[q_start:q_start + count * q_len] = out.transpose(1, 2).reshape(count * q_len, num_heads, head_size)
