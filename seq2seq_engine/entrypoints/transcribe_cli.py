@@ -1,7 +1,8 @@
 """`seq2seq-engine transcribe AUDIO|DIR... --model whisper-tiny.en [--recursive] [--language de] [--task translate]
-[--timestamps] [--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter
-[--vad-threshold 0.5 ...]] [--word-timestamps [--max-words-per-line N]] [--output-format txt|json|srt|vtt]
-[--output-dir OUT [--overwrite]] [--ray [ADDRESS] --num-replicas N --cpus-per-replica C]`.
+[--[no-]timestamps] [--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter
+[--vad-threshold 0.5 ...]] [--[no-]word-timestamps] [--output-format txt|json|srt|vtt [--max-line-width N]
+[--max-line-count N] [--max-words-per-line N] [--highlight-words]] [--output-dir OUT [--overwrite]]
+[--ray [ADDRESS] --num-replicas N --cpus-per-replica C]`.
 
 AUDIO is any file FFmpeg decodes (wav, flac, mp3, m4a/aac, ogg/opus, webm, mp4/mkv video's audio, ...); a DIR
 contributes its audio files by extension (AUDIO_EXTENSIONS in audio_files.py; subfolders too with --recursive).
@@ -10,8 +11,11 @@ given by name writes `OUT/<stem>.<format>`, a folder's files mirror their path u
 `OUT/a/x.<format>`); a clashing name gets `-<n>` added. Inputs whose output exists already are skipped (a resumed
 run), unless --overwrite. Without --output-dir, txt prints one line per input to stdout (an empty line for a
 failed input, so lines match inputs), json prints one JSON object per line, and srt/vtt print the subtitles of a
-single input. Failures are reported on stderr at the end; the exit status is 1 when any input failed (the others
-are still written), 2 for a usage or model error. With --ray the files are transcribed on a Ray cluster, one engine
+single input. srt/vtt cues last at most 7 s, never run across a pause over 1 s and hold at most 2 lines of 42
+characters (the --max-line-* flags); for them --word-timestamps is on unless --[no-]timestamps or
+--[no-]word-timestamps is given (--timestamps alone is faster, its cues less well placed). Failures are reported
+on stderr at the end; the exit status is 1 when any input failed (the others are still written), 2 for a usage or
+model error. With --ray the files are transcribed on a Ray cluster, one engine
 per replica (ray_cli.py); the outputs are the same.
 """
 from __future__ import annotations
@@ -20,17 +24,19 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
 from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
-from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_vad_arguments, add_word_arguments,
-                                                         options_from_args)
+from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_subtitle_arguments,
+                                                         add_vad_arguments, add_word_arguments, options_from_args,
+                                                         subtitle_options)
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
+from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
 
@@ -55,7 +61,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="spoken language (code or name, e.g. en, german); default: detect per file")
     parser.add_argument("--task", default="transcribe", choices=["transcribe", "translate"],
                         help="translate = into English (multilingual models)")
-    parser.add_argument("--timestamps", action="store_true", help="predict timestamps: one segment per phrase")
+    parser.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
+                        help="predict timestamps: one segment per phrase")
     parser.add_argument("--condition-on-previous-text", action="store_true",
                         help="decode each file's 30 s windows in order, prompting with the previous text")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window (default 224)")
@@ -75,13 +82,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     add_decoding_arguments(parser)
     add_vad_arguments(parser)
     add_word_arguments(parser)
+    add_subtitle_arguments(parser)
     add_ray_arguments(parser, DEFAULT_BATCH_SIZE["transcribe"])
     return parser
 
 
 def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str], output_format: str,
-                  output_dir: Optional[str], out: TextIO, err: TextIO, max_words_per_line: Optional[int] = None) -> int:
-    """Write the results as the CLI does; returns the exit status (1 if any input failed)."""
+                  output_dir: Optional[str], out: TextIO, err: TextIO,
+                  subtitles: Union[SubtitleOptions, int, None] = None) -> int:
+    """Write the results as the CLI does; returns the exit status (1 if any input failed). subtitles: how srt/vtt
+    cues are cut (an int: max_words_per_line)."""
     failed = 0
     for source, result in zip(sources, results):
         if result.error is not None:
@@ -95,7 +105,7 @@ def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str]
             if result.error is not None and output_format != "json":
                 continue
             with open(path, "w", encoding="utf-8") as handle:
-                handle.write(render(result, output_format, max_words_per_line))
+                handle.write(render(result, output_format, subtitles))
     elif output_format == "txt":
         for result in results:
             out.write(result.text.replace("\n", " ") + "\n")
@@ -107,7 +117,7 @@ def write_results(results: Sequence[TranscriptionResult], sources: Sequence[str]
     else:
         for result in results:
             if result.error is None:
-                out.write(render(result, output_format, max_words_per_line))
+                out.write(render(result, output_format, subtitles))
     out.flush()
     return EXIT_FAILED_INPUTS if failed else EXIT_OK
 
@@ -118,6 +128,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
     err = err or sys.stderr
     try:
         options = options_from_args(args)  # checked before any file is looked at or the model loaded
+        subtitles = subtitle_options(args)
         check_ray_arguments(args)
     except (ValueError, TypeError, RayMissingError) as error:
         return _usage_error(err, str(error))
@@ -139,8 +150,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         if args.output_dir is None:
             ordered = _in_input_order(results, len(jobs))
             return write_results(ordered, [job.source for job in jobs], args.output_format, None, out, err,
-                                 args.max_words_per_line)
-        writer = OutputWriter(jobs, args.output_dir, args.output_format, args.max_words_per_line)
+                                 subtitles)
+        writer = OutputWriter(jobs, args.output_dir, args.output_format, subtitles)
         for index, result in results:
             writer(index, result)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError, RayJobError) as error:

@@ -1,12 +1,14 @@
 """The `seq2seq-engine transcribe` flags that become TranscriptionOptions: decoding (openai-whisper's robustness
-rules), voice activity detection (Silero VAD, faster-whisper's settings) and word timestamps."""
+rules), voice activity detection (Silero VAD, faster-whisper's settings) and word timestamps; and the srt/vtt cue
+flags that become SubtitleOptions."""
 from __future__ import annotations
 
 import argparse
 import functools
-from typing import Optional
+from typing import Optional, Tuple
 
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 # TranscriptionOptions fields set by the decoding flags, only when given (argparse.SUPPRESS).
 _DECODING_FIELDS = ("temperature", "best_of", "compression_ratio_threshold", "log_prob_threshold",
@@ -20,6 +22,14 @@ _VAD_FLAGS = [("--vad-threshold", "threshold", float, "speech probability thresh
               ("--vad-max-speech-s", "max_speech_duration_s", float, "cut longer speech (default and at most 30)"),
               ("--vad-min-silence-ms", "min_silence_duration_ms", float, "silence that ends speech (default 2000)"),
               ("--vad-speech-pad-ms", "speech_pad_ms", float, "padding on each side of speech (default 400)")]
+# (flag, SubtitleOptions field)
+_SUBTITLE_FLAGS = (("--max-line-width", "max_line_width"), ("--max-line-count", "max_line_count"),
+                   ("--max-words-per-line", "max_words_per_line"), ("--highlight-words", "highlight_words"))
+SUBTITLE_FORMATS = ("srt", "vtt")
+# (timestamps, word_timestamps) of --output-format srt|vtt when neither --[no-]timestamps nor --[no-]word-timestamps
+# is given (docs/decisions.md §74): word timings place cues on the speech and keep the txt/json transcript (1.5-2x
+# the plain time); timestamp tokens (1.1-1.3x) let cues run into silence and dropped or changed words.
+SUBTITLE_TIMING = (False, True)
 
 
 def _optional_float(text: str) -> Optional[float]:
@@ -56,17 +66,46 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_word_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("word timestamps")
-    group.add_argument("--word-timestamps", action="store_true", help="time each word (json: segments[].words)")
+    group.add_argument("--word-timestamps", action=argparse.BooleanOptionalAction, default=None,
+                       help="time each word (json: segments[].words; srt/vtt: cues placed by the words; default: "
+                            "on for srt/vtt unless --[no-]timestamps is given, else off)")
+
+
+def add_subtitle_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("subtitles", "srt/vtt cues (openai-whisper's names): at most 7 s long, never "
+                                                   "across a pause over 1 s, lines broken at words")
+    group.add_argument("--max-line-width", type=int, default=None, metavar="N", help="characters per line (42)")
+    group.add_argument("--max-line-count", type=int, default=None, metavar="N",
+                       help="lines per cue (2; 1 with --max-words-per-line)")
     group.add_argument("--max-words-per-line", type=int, default=None, metavar="N",
-                       help="srt/vtt: cues of at most N words (turns on --word-timestamps)")
+                       help="words per line (turns on --word-timestamps)")
+    group.add_argument("--highlight-words", action="store_true", default=None,
+                       help="a cue per word with the word underlined (<u>); turns on --word-timestamps")
 
 
-def max_words_per_line(args: argparse.Namespace) -> Optional[int]:
-    """--max-words-per-line, checked (ValueError when below 1)."""
-    value = getattr(args, "max_words_per_line", None)
-    if value is not None and value < 1:
-        raise ValueError(f"--max-words-per-line must be >= 1, got {value}")
-    return value
+def subtitle_options(args: argparse.Namespace) -> SubtitleOptions:
+    """The cue flags as SubtitleOptions (ValueError naming the flag when a value is out of range)."""
+    given = {field: getattr(args, field) for _, field in _SUBTITLE_FLAGS if getattr(args, field, None) is not None}
+    try:
+        return SubtitleOptions(**given)
+    except ValueError as error:
+        field, rest = str(error).split(" ", 1)
+        raise ValueError(f"{dict((name, flag) for flag, name in _SUBTITLE_FLAGS).get(field, field)} {rest}") from None
+
+
+def timing_flags(args: argparse.Namespace, subtitles: SubtitleOptions) -> Tuple[bool, bool]:
+    """(timestamps, word_timestamps): as given; for srt/vtt with neither given, SUBTITLE_TIMING; word timestamps
+    also for the cue flags that need them (--max-words-per-line, --highlight-words)."""
+    timestamps, words = getattr(args, "timestamps", None), getattr(args, "word_timestamps", None)
+    if words is False and subtitles.highlight_words:
+        raise ValueError("--highlight-words needs word timestamps: it cannot be used with --no-word-timestamps")
+    defaults = (timestamps is None and words is None and getattr(args, "output_format", None) in SUBTITLE_FORMATS)
+    if words is None:
+        words = subtitles.max_words_per_line is not None or subtitles.highlight_words or (
+            defaults and SUBTITLE_TIMING[1])
+    if timestamps is None:
+        timestamps = defaults and SUBTITLE_TIMING[0]
+    return bool(timestamps), bool(words)
 
 
 def add_vad_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,9 +131,8 @@ def vad_parameters(args: argparse.Namespace) -> dict:
 def options_from_args(args: argparse.Namespace) -> TranscriptionOptions:
     """TranscriptionOptions from parsed flags (ValueError naming the option when a value is out of range)."""
     given = {name: getattr(args, name) for name in _DECODING_FIELDS if hasattr(args, name)}
-    words_per_line = max_words_per_line(args)  # checked even with --word-timestamps given
-    word_timestamps = getattr(args, "word_timestamps", False) or words_per_line is not None
-    return TranscriptionOptions(language=args.language, task=args.task, timestamps=args.timestamps,
+    timestamps, word_timestamps = timing_flags(args, subtitle_options(args))  # cue flags checked whatever the format
+    return TranscriptionOptions(language=args.language, task=args.task, timestamps=timestamps,
                                 condition_on_previous_text=args.condition_on_previous_text,
                                 max_new_tokens=args.max_new_tokens, beam_width=args.beam_width,
                                 skip_silence=args.skip_silence, use_tqdm=not args.quiet,

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import List, Optional, Sequence, TextIO, Tuple
+from typing import List, Sequence, TextIO, Tuple, Union
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, output_path
 from seq2seq_engine.transcription.results import TranscriptionResult, render
+from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -59,12 +60,13 @@ def pending_jobs(jobs: Sequence[AudioJob], output_dir: str, output_format: str,
 
 class OutputWriter:
     """Writes each result to its file as it arrives and keeps the failures for the report at the end. A failed
-    input gets no file, except a json error record."""
+    input gets no file, except a json error record. subtitles: how srt/vtt cues are cut (an int:
+    max_words_per_line)."""
 
     def __init__(self, jobs: Sequence[AudioJob], output_dir: str, output_format: str,
-                 max_words_per_line: Optional[int] = None) -> None:
+                 subtitles: Union[SubtitleOptions, int, None] = None) -> None:
         self.jobs = jobs
-        self.max_words_per_line = max_words_per_line
+        self.subtitles = subtitles
         self.output_dir = output_dir
         self.output_format = output_format
         self.failures: List[Tuple[str, str]] = []  # (source, error)
@@ -77,7 +79,7 @@ class OutputWriter:
             if self.output_format != "json":
                 return
         write_atomic(output_path(self.output_dir, job, self.output_format),
-                     render(result, self.output_format, self.max_words_per_line))
+                     render(result, self.output_format, self.subtitles))
         self.written += 1
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Union
+
+from seq2seq_engine.transcription.subtitles import Cue, SubtitleOptions, subtitle_cues, subtitle_options
 
 OUTPUT_FORMATS = ("txt", "json", "srt", "vtt")
 
@@ -90,36 +92,21 @@ def format_timestamp(seconds: float, decimal_marker: str = ".", always_include_h
     return f"{hours_part}{minutes:02d}:{secs:02d}{decimal_marker}{milliseconds:03d}"
 
 
-def _cue_text(text: str) -> str:
-    # A blank line ends a cue in both formats; "-->" would be read as a timing line in vtt.
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return "\n".join(lines).replace("-->", "->")
+def _cues(result: TranscriptionResult, subtitles: Any, fields: Dict[str, Any]) -> List[Cue]:
+    return subtitle_cues(result.segments, subtitle_options(subtitles, **fields))
 
 
-def _cues(result: TranscriptionResult, max_words_per_line: Optional[int]) -> List[Tuple[float, float, str]]:
-    """(start, end, text) per subtitle cue: one per segment, or with max_words_per_line and word timestamps,
-    one per run of at most that many words of a segment (timed from its first word's start to its last's end)."""
-    if max_words_per_line is not None and max_words_per_line < 1:
-        raise ValueError(f"max_words_per_line must be a positive int or None, got {max_words_per_line!r}")
-    cues = []
-    for segment in result.segments:
-        if max_words_per_line is None or not segment.words:
-            cues.append((segment.start, segment.end, _cue_text(segment.text)))
-            continue
-        for first in range(0, len(segment.words), max_words_per_line):
-            line = segment.words[first:first + max_words_per_line]
-            cues.append((line[0].start, line[-1].end, _cue_text("".join(word.word for word in line))))
-    return [cue for cue in cues if cue[2]]
+def to_srt(result: TranscriptionResult, subtitles: Union[SubtitleOptions, int, None] = None, **fields: Any) -> str:
+    """The result as SubRip subtitles; subtitles: SubtitleOptions (or an int: max_words_per_line), `fields`
+    replacing some of its fields (subtitles.py: how cues are cut)."""
+    return "\n".join(f"{number}\n{format_timestamp(cue.start, ',')} --> {format_timestamp(cue.end, ',')}\n{cue.text}\n"
+                     for number, cue in enumerate(_cues(result, subtitles, fields), 1))
 
 
-def to_srt(result: TranscriptionResult, max_words_per_line: Optional[int] = None) -> str:
-    return "\n".join(f"{number}\n{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n{text}\n"
-                     for number, (start, end, text) in enumerate(_cues(result, max_words_per_line), 1))
-
-
-def to_vtt(result: TranscriptionResult, max_words_per_line: Optional[int] = None) -> str:
-    cues = ["WEBVTT\n"] + [f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n"
-                           for start, end, text in _cues(result, max_words_per_line)]
+def to_vtt(result: TranscriptionResult, subtitles: Union[SubtitleOptions, int, None] = None, **fields: Any) -> str:
+    """The result as WebVTT subtitles; the options as to_srt's."""
+    cues = ["WEBVTT\n"] + [f"{format_timestamp(cue.start)} --> {format_timestamp(cue.end)}\n{cue.text}\n"
+                           for cue in _cues(result, subtitles, fields)]
     return "\n".join(cues)
 
 
@@ -131,12 +118,15 @@ def to_json(result: TranscriptionResult) -> str:
     return json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
-def render(result: TranscriptionResult, output_format: str, max_words_per_line: Optional[int] = None) -> str:
-    """The result as one of OUTPUT_FORMATS; max_words_per_line: srt/vtt cues of at most that many words (needs
-    word timestamps; segments without words keep one cue)."""
-    renderers = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt}
-    if output_format not in renderers:
+def render(result: TranscriptionResult, output_format: str, subtitles: Union[SubtitleOptions, int, None] = None,
+           **fields: Any) -> str:
+    """The result as one of OUTPUT_FORMATS. srt/vtt: cues cut by `subtitles` (SubtitleOptions, or an int:
+    max_words_per_line) with `fields` (SubtitleOptions fields, e.g. max_line_width=32) replacing some of them;
+    txt and json ignore them (json keeps the decoder's segments as they are)."""
+    if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
-    if output_format in ("srt", "vtt"):
-        return renderers[output_format](result, max_words_per_line)
-    return renderers[output_format](result)
+    if output_format == "srt":
+        return to_srt(result, subtitles, **fields)
+    if output_format == "vtt":
+        return to_vtt(result, subtitles, **fields)
+    return to_txt(result) if output_format == "txt" else to_json(result)

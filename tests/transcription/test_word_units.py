@@ -102,7 +102,8 @@ def test_word_cues_and_json_words():
     assert to_srt(result, 2) == ("1\n00:00:00,000 --> 00:00:00,900\nOne two\n\n"
                                  "2\n00:00:00,900 --> 00:00:01,500\nthree.\n")
     assert to_vtt(result, 1).count("-->") == 3
-    assert render(result, "srt") == "1\n00:00:00,000 --> 00:00:01,600\nOne two three.\n"
+    # one cue, timed by its words (the segment runs on to 1.6 s)
+    assert render(result, "srt") == "1\n00:00:00,000 --> 00:00:01,500\nOne two three.\n"
     record = json.loads(render(result, "json"))
     assert record["segments"][0]["words"][1] == {"start": 0.4, "end": 0.9, "word": " two", "probability": 0.8}
     assert "words" not in Segment(0.0, 1.0, "x").to_dict()

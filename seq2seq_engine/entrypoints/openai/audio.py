@@ -49,7 +49,7 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     _check_decoded(result, audio, limit)
     if audio.response_format in ("text", "srt", "vtt"):
         text = render(result, {"text": "txt"}.get(audio.response_format, audio.response_format),
-                      audio.max_words_per_line)
+                      audio.subtitles)
         return PlainTextResponse(text, headers=headers)
     if audio.response_format == "json":
         return JSONResponse({"text": result.text, "usage": _usage(result)}, headers=headers)

@@ -1,5 +1,6 @@
 """The multipart form of /v1/audio/transcriptions and /translations: OpenAI's fields (file, model, language, prompt,
-temperature, response_format, timestamp_granularities[]) and any TranscriptionOptions field as an extra field."""
+temperature, response_format, timestamp_granularities[]), any TranscriptionOptions field as an extra field, and the
+srt/vtt cue fields (SubtitleOptions: max_line_width, max_line_count, max_words_per_line, highlight_words)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +12,7 @@ from starlette.datastructures import FormData, UploadFile
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.sampling_params import INT64_MAX
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")
@@ -21,6 +23,8 @@ _OPTIONAL_FLOATS = ("compression_ratio_threshold", "log_prob_threshold", "no_spe
                     "prompt_reset_on_temperature", "hallucination_silence_threshold")
 _TEXTS = ("prefix", "hotwords", "clip_timestamps", "suppress_tokens")
 _ALIASES = {"beam_size": "beam_width"}  # faster-whisper's name
+_SUBTITLE_INTS = ("max_line_width", "max_line_count", "max_words_per_line")
+_SUBTITLE_FIELDS = _SUBTITLE_INTS + ("highlight_words",)
 # Set by the endpoint or the server itself, never by a form field.
 _RESERVED = ("task", "timestamps", "use_tqdm", "max_in_flight", "initial_prompt")
 
@@ -32,7 +36,7 @@ class AudioRequest:
     model: Optional[str]
     response_format: str
     words: bool
-    max_words_per_line: Optional[int]
+    subtitles: SubtitleOptions
     options: TranscriptionOptions
     stream: bool = False
 
@@ -74,7 +78,8 @@ def _extra_field(name: str, text: str) -> Any:
             return json.loads(text)
         except ValueError:
             raise APIError("vad_parameters must be a JSON object", param=name) from None
-    known = sorted(_BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + tuple(_ALIASES))
+    known = sorted(_BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + tuple(_ALIASES)
+                   + _SUBTITLE_FIELDS)
     raise APIError(f"unknown field {name!r}; the extra fields are: {', '.join(known)}", param=name)
 
 
@@ -110,25 +115,33 @@ async def parse_audio_form(form: FormData, task: str, max_upload_bytes: int) -> 
     if stream and response_format not in STREAMED_FORMATS:
         raise APIError(f"stream=true sends text events: response_format must be one of {STREAMED_FORMATS}, got "
                        f"{response_format!r}", param="stream")
+    subtitles = _subtitles(form)
     return AudioRequest(data, upload.filename or "audio", _single(form, "model"), response_format,
-                        "word" in granularities, _max_words(form),
-                        _options(form, task, response_format, granularities), stream)
+                        "word" in granularities, subtitles,
+                        _options(form, task, response_format, granularities, subtitles), stream)
 
 
-def _max_words(form: FormData) -> Optional[int]:
-    text = _single(form, "max_words_per_line")
-    value = None if text is None else _number("max_words_per_line", text, int)
-    if value == 0:
-        raise APIError("max_words_per_line must be >= 1, got 0", param="max_words_per_line")
-    return value
+def _subtitles(form: FormData) -> SubtitleOptions:
+    """The srt/vtt cue fields (ignored by the other formats), checked whatever the format: a 400 naming the field."""
+    fields: Dict[str, Any] = {name: _number(name, text, int) for name in _SUBTITLE_INTS
+                              if (text := _single(form, name)) is not None}
+    highlight = _single(form, "highlight_words")
+    if highlight is not None:
+        fields["highlight_words"] = _bool("highlight_words", highlight)
+    try:
+        return SubtitleOptions(**fields)
+    except ValueError as error:
+        raise APIError(str(error), param=str(error).split(" ", 1)[0]) from None
 
 
-def _options(form: FormData, task: str, response_format: str, granularities: List[str]) -> TranscriptionOptions:
+def _options(form: FormData, task: str, response_format: str, granularities: List[str],
+             subtitles: SubtitleOptions) -> TranscriptionOptions:
+    subtitled = response_format in ("srt", "vtt")
     fields: Dict[str, Any] = {"task": task, "use_tqdm": False,
-                              "timestamps": response_format in ("srt", "vtt", "verbose_json") or bool(granularities),
-                              "word_timestamps": "word" in granularities}
+                              "timestamps": subtitled or response_format == "verbose_json" or bool(granularities),
+                              "word_timestamps": "word" in granularities or (subtitled and subtitles.highlight_words)}
     openai_fields = {"file", "model", "response_format", "timestamp_granularities[]", "timestamp_granularities",
-                     "max_words_per_line", "language", "prompt", "temperature", "stream"}
+                     "language", "prompt", "temperature", "stream"} | set(_SUBTITLE_FIELDS)
     language, prompt, temperature = (_single(form, name) for name in ("language", "prompt", "temperature"))
     if language:
         fields["language"] = language

@@ -89,6 +89,24 @@ def test_word_timestamps_and_engine_extras(client, reference, clip):
     assert verbose.text == expected.text
 
 
+def test_subtitle_fields_give_the_cues_of_render_and_the_cli(client, model_dir, reference, clip, capsys):
+    from seq2seq_engine.entrypoints import transcribe_cli
+    from seq2seq_engine.transcription.subtitles import SubtitleOptions
+    [expected] = reference.transcribe(clip, timestamps=True, word_timestamps=True, use_tqdm=False)
+    options = SubtitleOptions(max_line_width=16, max_line_count=1, highlight_words=True)
+    served = _transcribe(client, clip, response_format="srt",
+                         extra_body={"max_line_width": "16", "max_line_count": "1", "highlight_words": "true"})
+    assert served == render(expected, "srt", options)
+    assert served.count("<u>") == sum(len(segment.words) for segment in expected.segments)
+    assert transcribe_cli.main([clip, "--model", model_dir, "--quiet", "--kv-cache-space-gb", "0.3", "--timestamps",
+                                "--output-format", "srt", "--max-line-width", "16", "--max-line-count", "1",
+                                "--highlight-words"]) == 0
+    assert capsys.readouterr().out == served
+    [timed] = reference.transcribe(clip, timestamps=True, use_tqdm=False)  # no word timings: times interpolated
+    vtt = _transcribe(client, clip, response_format="vtt", extra_body={"max_words_per_line": "2"})
+    assert vtt == render(timed, "vtt", 2) and vtt.count("-->") > len(timed.segments)
+
+
 def test_temperature_fallback_retries_run_on_the_loop(client, reference, clip):
     """A log-prob threshold no window meets: each window is retried at every temperature (the retries are queued
     while a step's outputs are handled, and admitted at the next fill)."""
@@ -132,6 +150,8 @@ def test_bad_uploads_get_4xx(server, clip):
     ("seed", str(2 ** 70), "seed"), ("best_of", str(2 ** 70), "best_of"), ("beam_size", str(2 ** 70), "beam_width"),
     ("max_new_tokens", str(2 ** 64), "max_new_tokens"), ("max_words_per_line", "-3", "max_words_per_line"),
     ("max_words_per_line", str(2 ** 70), "max_words_per_line"), ("no_speech_threshold", "nan", "no_speech_threshold"),
+    ("max_line_width", "0", "max_line_width"), ("max_line_count", "-1", "max_line_count"),
+    ("max_line_count", "two", "max_line_count"), ("highlight_words", "maybe", "highlight_words"),
 ])
 def test_out_of_range_form_numbers_name_their_field(server, clip, field, value, param):
     response = httpx.post(f"{server.url}/v1/audio/transcriptions", timeout=120,
