@@ -3,12 +3,12 @@ torch's fbgemm (decisions §36)."""
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from seq2seq_engine.kernels.native_int8 import (int8_linear_available, int8_panel_linear, to_int8_panels,
+from seq2seq_engine.kernels.native_int8 import (Int8Panels, int8_linear_available, int8_panel_linear, to_int8_panels,
                                                 unpack_int8_panels)
 from seq2seq_engine.kernels.native_linear import check_epilogue
 from seq2seq_engine.models.utils import get_activation, replace_linears
@@ -97,6 +97,36 @@ class Int8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear, reduce_range: Optional[bool] = None, per_row: bool = True) -> "Int8Linear":
         return cls(linear.weight, linear.bias, reduce_range, per_row)
 
+    def prepared_state(self) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
+        """(facts, tensors) from which `from_prepared` rebuilds this layer without quantizing again: the native
+        kernel's panels as they are, fbgemm's weight unpacked (its packed form is not a tensor)."""
+        facts = dict(out_features=self.out_features, in_features=self.in_features, reduce_range=self.reduce_range,
+                     per_row=self.per_row, native=self.native)
+        tensors = {"weight_scale": self.weight_scale}
+        if self.bias is not None:
+            tensors["bias"] = self.bias
+        if self.native:
+            tensors.update(panels=self._packed.panels, offsets=self._packed.offsets, scales=self._packed.scales)
+        else:
+            tensors["qweight"] = self.weight
+        return facts, tensors
+
+    @classmethod
+    def from_prepared(cls, facts: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> "Int8Linear":
+        """The layer `prepared_state` describes, on its tensors as given (fbgemm's weight packed again)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.out_features, layer.in_features = facts["out_features"], facts["in_features"]
+        layer.register_buffer("weight_scale", tensors["weight_scale"])
+        layer.register_buffer("bias", tensors.get("bias"))
+        layer.reduce_range, layer.per_row, layer.native = facts["reduce_range"], facts["per_row"], facts["native"]
+        if layer.native:
+            layer._packed = Int8Panels(tensors["panels"], tensors["offsets"], tensors["scales"], layer.out_features,
+                                       layer.in_features)
+        else:
+            layer._packed = _prepack(tensors["qweight"], layer.weight_scale, None if layer.per_row else layer.bias)
+        return layer
+
     @property
     def fuses_activations(self) -> bool:
         """Whether forward applies an `activation` inside the kernel's pass (the native kernel does)."""
@@ -170,6 +200,20 @@ class Int8Embedding(nn.Module):
         qweight, scale = quantize_weight(weight)
         self.register_buffer("qweight", qweight)
         self.register_buffer("weight_scale", scale)
+
+    def prepared_state(self) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
+        """(facts, tensors) from which `from_prepared` rebuilds this table without quantizing again."""
+        return {}, {"qweight": self.qweight, "weight_scale": self.weight_scale}
+
+    @classmethod
+    def from_prepared(cls, facts: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> "Int8Embedding":
+        """The table `prepared_state` describes, on its tensors as given."""
+        table = cls.__new__(cls)
+        nn.Module.__init__(table)
+        table.num_embeddings, table.embedding_dim = tensors["qweight"].shape
+        table.register_buffer("qweight", tensors["qweight"])
+        table.register_buffer("weight_scale", tensors["weight_scale"])
+        return table
 
     @property
     def weight(self) -> torch.Tensor:

@@ -12,7 +12,7 @@ of models with ``set_lm_head`` (BART family, T5, Whisper; a tied head keeps the 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Callable, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 from torch import nn
@@ -86,6 +86,31 @@ class PackedLinear(nn.Module):
         else:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(weight_dtype).float())
         self.register_buffer("packed_weight", packed, persistent=False)
+
+    def prepared_state(self) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
+        """(facts, tensors) from which `from_prepared` rebuilds this layer without packing again (oneDNN's copy is
+        opaque: its values are kept, in their plain layout, and reordered again)."""
+        facts = dict(out_features=self.out_features, in_features=self.in_features, panels=self.panels,
+                     weight_dtype=str(self.weight_dtype).replace("torch.", ""))
+        if self.panels:
+            tensors = {"packed_weight": self.packed_weight}
+        else:
+            tensors = {"reorder_weight": self.packed_weight.to_dense()}
+        tensors.update(weight=self.weight, bias=self.bias)
+        return facts, {name: tensor for name, tensor in tensors.items() if tensor is not None}
+
+    @classmethod
+    def from_prepared(cls, facts: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> "PackedLinear":
+        """The layer `prepared_state` describes, on its tensors as given (no copy, no packing)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.out_features, layer.in_features = facts["out_features"], facts["in_features"]
+        layer.weight, layer.bias = tensors.get("weight"), tensors.get("bias")
+        layer.panels, layer.weight_dtype = facts["panels"], getattr(torch, facts["weight_dtype"])
+        packed = (tensors["packed_weight"] if layer.panels
+                  else torch.ops.mkldnn._reorder_linear_weight(tensors["reorder_weight"]))
+        layer.register_buffer("packed_weight", packed, persistent=False)
+        return layer
 
     def forward(self, x: torch.Tensor, addend: Optional[torch.Tensor] = None,
                 activation: Optional[str] = None) -> torch.Tensor:

@@ -97,7 +97,7 @@ class LLMEngine:
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
         model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization,
-                              linear_weight_dtype=weight_dtype)
+                              linear_weight_dtype=weight_dtype, prepared=True)
         tokenizer = None if args.skip_tokenizer_init else get_tokenizer(model_dir)
         return cls(config, model, tokenizer, args.gpu_memory_utilization,
                    GenerationDefaults.from_model_dir(model_dir))
