@@ -89,7 +89,7 @@ def subtitle_options(args: argparse.Namespace) -> SubtitleOptions:
     try:
         return SubtitleOptions(**given)
     except ValueError as error:
-        field, rest = str(error).split(" ", 1)
+        field, rest = str(error).replace(" or None", "").split(" ", 1)  # a flag left out is None
         raise ValueError(f"{dict((name, flag) for flag, name in _SUBTITLE_FLAGS).get(field, field)} {rest}") from None
 
 

@@ -194,19 +194,19 @@ def transcripts(draw):
     """Segments with and without words, with random words, lengths, pauses and CJK text."""
     segments, time = [], 0.0
     for _ in range(draw(st.integers(1, 4))):
-        time += draw(st.floats(0.0, 3.0))
+        time += draw(st.floats(0.0, 3.0, allow_subnormal=False))
         texts = draw(st.lists(st.text("abcdefghij,.", min_size=1, max_size=25).filter(str.strip)
                               | st.sampled_from(["我们", "好。", "x" * 50]), min_size=1, max_size=12))
         if draw(st.booleans()):
             words = []
             for text in texts:
                 time += draw(st.sampled_from([0.0, 0.1, 0.9, 1.5]))
-                length = draw(st.floats(0.0, 2.5))
+                length = draw(st.floats(0.0, 2.5, allow_subnormal=False))
                 words.append(Word(time, time + length, " " + text.strip(), 0.9))
                 time += length
             segments.append(Segment(words[0].start, words[-1].end, " ".join(texts), words=words))
         else:
-            length = draw(st.floats(0.1, 30.0))
+            length = draw(st.floats(0.1, 30.0, allow_subnormal=False))
             segments.append(Segment(time, time + length, " ".join(texts)))
             time += length
     return segments
