@@ -4,6 +4,8 @@ OpenAI-compatible server, see openai/serve_cli) and `seq2seq-engine env` (machin
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import sys
 from typing import List, Optional
 
@@ -21,7 +23,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _skip_collection_at_exit() -> None:
+    """Freeze the heap once the interpreter starts shutting down: its final collections then skip the millions of
+    objects torch, transformers and the model left (0.5 s of a whisper-base run's 0.6 s exit). Objects in reference
+    cycles are then not finalized, which CPython does not promise at exit anyway; files are closed by their
+    owners before the command returns."""
+    gc.freeze()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    atexit.unregister(_skip_collection_at_exit)   # once, however often main runs in one process
+    atexit.register(_skip_collection_at_exit)
     args = build_parser().parse_args(argv)
     if args.command == "transcribe":
         return transcribe_cli.run(args)
