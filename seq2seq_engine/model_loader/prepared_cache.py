@@ -130,11 +130,14 @@ class PreparedWeights:
                     return None
                 tensors = {name: handle.get_tensor(name) for name in handle.keys() if not name.startswith(PAD_PREFIX)}
             return restore(build_skeleton(), json.loads(metadata["layout"]), tensors)
-        except (PreparedMismatch, SafetensorError, OSError, KeyError, ValueError) as error:
+        except PreparedMismatch as error:   # up to date, yet not this model: preparing again would not help
             self.refused = True
             logger.warning("prepared weights %s do not fit %s (%s): loading it from its checkpoint", self.path,
                            self.model_dir, error)
-            return None
+        except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as error:   # a damaged file
+            logger.warning("prepared weights %s are unreadable (%s): preparing %s again", self.path, error,
+                           self.model_dir)
+        return None
 
     def save(self, model: nn.Module) -> None:
         """Write the prepared model's file (atomically); a failure is only logged."""

@@ -103,6 +103,21 @@ def test_a_file_that_does_not_fit_is_refused_and_kept(tmp_path, caplog):
     assert os.path.getmtime(cache.path) == written
 
 
+def test_a_damaged_file_is_prepared_again(tmp_path, caplog):
+    model_dir, _ = build_tiny_model("bart", tmp_path)
+    cache_dir = str(tmp_path / "cache")
+    load_model(model_dir, prepared=True, cache_dir=cache_dir)
+    path = os.path.join(cache_dir, "prepared", _prepared_files(cache_dir)[0])
+    with open(path + ".new", "wb") as handle:
+        handle.write(b"not a safetensors file")
+    os.replace(path + ".new", path)
+    model, _ = load_model(model_dir, prepared=True, cache_dir=cache_dir)
+    assert "unreadable" in caplog.text
+    _same_model(model, load_model(model_dir)[0])
+    with safe_open(path, framework="pt") as handle:   # written again, whole
+        assert handle.metadata()["model_dir"] == os.path.abspath(model_dir)
+
+
 def test_aligned_safetensors_round_trip(tmp_path):
     tensors = {"a": torch.arange(3, dtype=torch.int8), "b": torch.randn(5, 7),
                "c": torch.randn(3, 3).to(torch.bfloat16), "d": torch.tensor([True, False]),
