@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from typing import Optional
 
@@ -60,11 +61,23 @@ def load_library(name: str) -> Optional[ctypes.CDLL]:
         logger.warning("no C compiler found: native CPU kernels are off (the torch kernels run instead)")
         return None
     try:
-        return ctypes.CDLL(_build(name, compiler))
+        flushing = flushes_denormals()
+        library = ctypes.CDLL(_build(name, compiler))
+        if not flushing:
+            # -ffast-math linked crtfastmath.o, whose constructor just set FTZ/DAZ on this thread only: undone, so
+            # loading a kernel changes no thread's float semantics (nor when torch's OpenMP threads were started)
+            torch.set_flush_denormal(False)
+        return library
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         logger.warning("building native kernel %s failed, using the torch kernels: %s", name, detail)
         return None
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread flushes subnormal floats to zero (FTZ set in its MXCSR)."""
+    tiny = sys.float_info.min
+    return tiny / 2 == 0.0
 
 
 def _build(name: str, compiler: str) -> str:
