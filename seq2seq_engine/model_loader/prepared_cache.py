@@ -143,10 +143,10 @@ class PreparedWeights:
         """Write the prepared model's file (atomically); a failure is only logged."""
         if self.refused:
             return
-        layout, tensors = snapshot(model)
-        metadata = {"format": "pt", "fingerprint": self.fingerprint, "model_dir": self.model_dir,
-                    "layout": json.dumps(layout)}
         try:
+            layout, tensors = snapshot(model)
+            metadata = {"format": "pt", "fingerprint": self.fingerprint, "model_dir": self.model_dir,
+                        "layout": json.dumps(layout)}
             os.makedirs(self.folder, exist_ok=True)
             handle, temporary = tempfile.mkstemp(prefix=".preparing-", suffix=".safetensors", dir=self.folder)
             os.close(handle)
@@ -157,7 +157,7 @@ class PreparedWeights:
                 if os.path.exists(temporary):
                     os.remove(temporary)
             remove_orphans(self.folder)
-        except OSError as error:
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:   # the model is loaded anyway
             logger.warning("could not write prepared weights %s: %s", self.path, error)
 
 

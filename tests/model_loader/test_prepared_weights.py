@@ -118,6 +118,15 @@ def test_a_damaged_file_is_prepared_again(tmp_path, caplog):
         assert handle.metadata()["model_dir"] == os.path.abspath(model_dir)
 
 
+def test_a_file_that_cannot_be_written_does_not_fail_the_load(tmp_path, monkeypatch, caplog):
+    model_dir, _ = build_tiny_model("bart", tmp_path)
+    cache_dir = str(tmp_path / "cache")
+    monkeypatch.setattr(prepared_cache, "_DTYPE_NAMES", {})   # no dtype the writer knows
+    model, _ = load_model(model_dir, prepared=True, cache_dir=cache_dir)
+    assert "could not write prepared weights" in caplog.text and not _prepared_files(cache_dir)
+    _same_model(model, load_model(model_dir)[0])
+
+
 def test_aligned_safetensors_round_trip(tmp_path):
     tensors = {"a": torch.arange(3, dtype=torch.int8), "b": torch.randn(5, 7),
                "c": torch.randn(3, 3).to(torch.bfloat16), "d": torch.tensor([True, False]),
