@@ -1,15 +1,4 @@
-"""Prepared weights cache: a CPU model's final tensors (packed panels, int8 weights) saved once as safetensors under
-cache_root()/prepared and memory-mapped by later loads of the same model, dtype, quantization and kernel plan.
-
-    cache = PreparedWeights(model_dir, weight_files, dtype, quantization, linear_weight_dtype)
-    model = cache.load(build_skeleton)   # None: no usable entry
-    cache.save(model)                    # after the slow load; atomic, one file per slot
-
-A slot (the file name) is the model directory, the dtypes, the quantization and the kernels that preparation picks
-on this machine; inside, a fingerprint of the weight files, config.json, torch's version and the model and kernel
-code (size and mtime) must match, else the slot is prepared again. Every tensor starts on a 64-byte boundary, as
-torch's own allocations do, so the kernels read mapped weights as fast as loaded ones.
-"""
+"""Prepared weights: a CPU model's final tensors saved once as aligned safetensors, memory-mapped by later loads."""
 from __future__ import annotations
 
 import glob
@@ -102,7 +91,16 @@ def preparation_plan(dtype: torch.dtype, quantization: Optional[str],
 
 
 class PreparedWeights:
-    """The prepared-weights file of one model directory loaded one way on this machine."""
+    """The prepared-weights file of one model directory loaded one way on this machine, under cache_root()/prepared:
+
+        cache = PreparedWeights(model_dir, weight_files, dtype, quantization, linear_weight_dtype)
+        model = cache.load(build_skeleton)   # None: no usable file
+        cache.save(model)                    # after the slow load; atomic, one file per slot
+
+    The slot (the file name) is the model directory and `preparation_plan`; inside, a fingerprint of the weight
+    files, config.json, torch's version and the model and kernel code (size and mtime) must match, else the slot is
+    prepared again. Every tensor starts on a 64-byte boundary, as torch's own allocations do, so the kernels read
+    mapped weights as fast as loaded ones."""
 
     def __init__(self, model_dir: str, weight_files: Sequence[str], dtype: torch.dtype, quantization: Optional[str],
                  linear_weight_dtype: Optional[torch.dtype], cache_dir: Optional[str] = None) -> None:

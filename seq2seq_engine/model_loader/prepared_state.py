@@ -1,13 +1,4 @@
-"""A prepared model (weights loaded, linears packed or quantized) as flat named tensors plus a JSON layout, and back.
-
-    layout, tensors = snapshot(model)             # after load_model prepared it
-    model = restore(skeleton, layout, tensors)    # skeleton: the same class built on the meta device
-
-`restore` builds nothing from values: the prepared layers (PREPARED_KINDS) come back through their `from_prepared`,
-every other parameter, buffer or plain tensor attribute takes its tensor as given (memory-mapped ones stay mapped).
-The restored model must then describe itself (module names, classes, scalar attributes) exactly as the prepared
-one did; anything else is a PreparedMismatch and the caller loads the model the slow way.
-"""
+"""A prepared model (weights loaded, linears packed or quantized) as named tensors plus a JSON layout, and back."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -82,7 +73,8 @@ class _TensorTable:
 
 
 def snapshot(model: nn.Module) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
-    """(layout, tensors) of a prepared model: `restore` rebuilds it from these and a skeleton of its class."""
+    """(layout, tensors) of a prepared model (after load_model prepared it): `restore` rebuilds it from these and a
+    skeleton of its class."""
     table, prepared, module_aliases, seen = _TensorTable(), {}, {}, {}
     for name, module in model.named_modules(remove_duplicate=False):
         if id(module) in seen:
@@ -143,7 +135,11 @@ def _fill_module(module: nn.Module, prefix: str, source: _Source) -> None:
 
 
 def restore(skeleton: nn.Module, layout: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> nn.Module:
-    """The prepared model, from a skeleton of its class (built on the meta device) and snapshot's output."""
+    """The prepared model, from a skeleton of its class (built, not loaded) and snapshot's output. Nothing is built
+    from values: the prepared layers (PREPARED_KINDS) come back through their `from_prepared`, every other
+    parameter, buffer or plain tensor attribute takes its tensor as given (memory-mapped ones stay mapped). The
+    result must describe itself (module names, classes, scalar attributes) exactly as the prepared model did and use
+    every tensor; anything else is a PreparedMismatch."""
     source = _Source(tensors, layout["tensor_aliases"])
     for name, record in layout["prepared"].items():
         kind = PREPARED_KINDS.get(record["kind"])
