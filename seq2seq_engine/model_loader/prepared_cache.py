@@ -27,6 +27,7 @@ _DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16"
                 torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
                 torch.bool: "BOOL"}
 _STALE_TEMP_SECONDS = 3600
+MAX_FILES_PER_MODEL = 4   # float32, int8, bfloat16 and one more (another kernel plan, an ISA cap)
 
 
 def write_aligned_safetensors(path: str, tensors: Dict[str, torch.Tensor], metadata: Dict[str, str]) -> None:
@@ -127,7 +128,9 @@ class PreparedWeights:
                 if metadata.get("fingerprint") != self.fingerprint:
                     return None
                 tensors = {name: handle.get_tensor(name) for name in handle.keys() if not name.startswith(PAD_PREFIX)}
-            return restore(build_skeleton(), json.loads(metadata["layout"]), tensors)
+            model = restore(build_skeleton(), json.loads(metadata["layout"]), tensors)
+            os.utime(self.path)   # last used: prune_prepared keeps the most recently used files of a model
+            return model
         except PreparedMismatch as error:   # up to date, yet not this model: preparing again would not help
             self.refused = True
             logger.warning("prepared weights %s do not fit %s (%s): loading it from its checkpoint", self.path,
@@ -154,25 +157,43 @@ class PreparedWeights:
             finally:
                 if os.path.exists(temporary):
                     os.remove(temporary)
-            remove_orphans(self.folder)
+            prune_prepared(self.folder)
         except (OSError, RuntimeError, KeyError, TypeError, ValueError) as error:   # the model is loaded anyway
             logger.warning("could not write prepared weights %s: %s", self.path, error)
 
 
-def remove_orphans(folder: str) -> None:
-    """Remove prepared files whose model directory is gone, and temporary files left by a crashed write."""
+def prune_prepared(folder: str, per_model: int = MAX_FILES_PER_MODEL) -> None:
+    """Remove prepared files whose model directory is gone, all but the `per_model` most recently used files of each
+    model directory (other dtypes, kernels or ISA caps), and temporary files left by a crashed write."""
     from safetensors import SafetensorError, safe_open
+    by_model: Dict[str, List[str]] = {}
     for path in glob.glob(os.path.join(folder, "*.safetensors")):
         try:
             with safe_open(path, framework="pt", device="cpu") as handle:
                 model_dir = (handle.metadata() or {}).get("model_dir", "")
-            if not os.path.isdir(model_dir):
+            if os.path.isdir(model_dir):
+                by_model.setdefault(model_dir, []).append(path)
+            else:
                 os.remove(path)
         except (SafetensorError, OSError):
             continue
+    for paths in by_model.values():
+        for path in sorted(paths, key=_mtime, reverse=True)[per_model:]:
+            _remove(path)
     for path in glob.glob(os.path.join(folder, ".preparing-*")):
-        try:
-            if time.time() - os.path.getmtime(path) > _STALE_TEMP_SECONDS:
-                os.remove(path)
-        except OSError:
-            continue
+        if time.time() - _mtime(path) > _STALE_TEMP_SECONDS:
+            _remove(path)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return time.time()   # gone already, or being replaced: newest, so kept
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)   # a process that mapped it keeps its pages
+    except OSError:
+        pass

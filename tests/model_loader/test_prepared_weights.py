@@ -14,7 +14,7 @@ from t5_reference import build_tiny_t5
 
 from seq2seq_engine.model_loader import prepared_cache
 from seq2seq_engine.model_loader.loader import load_model
-from seq2seq_engine.model_loader.prepared_cache import PreparedWeights, remove_orphans, write_aligned_safetensors
+from seq2seq_engine.model_loader.prepared_cache import PreparedWeights, prune_prepared, write_aligned_safetensors
 from seq2seq_engine.model_loader.prepared_state import describe, snapshot
 from seq2seq_engine.models.int8 import int8_unsupported_reason
 
@@ -143,16 +143,22 @@ def test_aligned_safetensors_round_trip(tmp_path):
         assert loaded[name].numel() == 0 or loaded[name].data_ptr() % prepared_cache.ALIGNMENT == 0
 
 
-def test_files_of_removed_models_are_removed(tmp_path):
+def test_pruning_keeps_the_recent_files_of_existing_models(tmp_path):
     folder = tmp_path / "prepared"
     folder.mkdir()
     kept_dir = tmp_path / "kept"
     kept_dir.mkdir()
-    for name, model_dir in (("gone", tmp_path / "gone"), ("kept", kept_dir)):
-        write_aligned_safetensors(str(folder / f"{name}.safetensors"), {"x": torch.zeros(2)},
+    files = [("gone", tmp_path / "gone")] + [(f"kept{i}", kept_dir) for i in range(3)]
+    for age, (name, model_dir) in enumerate(reversed(files)):
+        path = str(folder / f"{name}.safetensors")
+        write_aligned_safetensors(path, {"x": torch.zeros(2)},
                                   {"format": "pt", "model_dir": str(model_dir), "layout": json.dumps({})})
-    remove_orphans(str(folder))
-    assert sorted(os.listdir(folder)) == ["kept.safetensors"]
+        os.utime(path, (1000 - age, 1000 - age))   # kept2 newest ... gone oldest
+    temporary = folder / ".preparing-x.safetensors"
+    temporary.write_bytes(b"partial")
+    os.utime(temporary, (0, 0))
+    prune_prepared(str(folder), per_model=2)
+    assert sorted(os.listdir(folder)) == ["kept1.safetensors", "kept2.safetensors"]
 
 
 def test_engine_outputs_are_identical_from_prepared_weights(tmp_path, monkeypatch):
