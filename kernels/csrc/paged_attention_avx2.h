@@ -18,7 +18,6 @@
 #define TILE_WIDTH 32 /* floats of a head's row in one values tile: 4 registers */
 #define SHARED_MIN_HEAD_SIZE 256
 #define SCORE_ROWS 2
-#define SCORE_POSITIONS 4 /* sum_of_four reduces a row of the tile */
 #define SHARED_VALUE_ROWS 6
 #define SHARED_VALUE_WIDTH 16
 #define VALUE_PREFETCH_ROWS 16
@@ -84,16 +83,10 @@ ALWAYS_INLINE float row_score(const Job *job, const Scratch *scratch, const floa
  * each K load feeding both rows and each query load four products; the next tile's K rows are prefetched. */
 ALWAYS_INLINE void shared_scores_tile(const Job *job, const Run *run, Scratch *scratch, const float *q,
                                       int64_t first_row, int64_t t, const int bf16) {
-    const int64_t d = job->head_size, width = job->num_kv_heads * d, offset = scratch->kv_offsets[first_row];
-    const int64_t element_bytes = bf16 ? 2 : 4;
-    const int prefetch = t + 2 * SCORE_POSITIONS <= run->context;
+    const int64_t d = job->head_size, element_bytes = bf16 ? 2 : 4;
     int64_t k_start[SCORE_POSITIONS];
     const char *next[SCORE_POSITIONS];
-    for (int j = 0; j < SCORE_POSITIONS; j++) {
-        k_start[j] = scratch->slots[t + j] * width + offset;
-        next[j] = (const char *)job->key_cache +
-                  (prefetch ? scratch->slots[t + SCORE_POSITIONS + j] * width + offset : 0) * element_bytes;
-    }
+    const int prefetch = score_tile_rows(job, run, scratch, first_row, t, bf16, k_start, next);
     __m256 sum[SCORE_ROWS][SCORE_POSITIONS];
     for (int r = 0; r < SCORE_ROWS; r++)
         for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm256_setzero_ps();

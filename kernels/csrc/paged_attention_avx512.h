@@ -57,19 +57,12 @@ ALWAYS_INLINE __m128 sum_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
  * four products. (Six rows spilled the sums to the stack every step.) The next tile's K rows are prefetched beside
  * this tile's loads: no hardware prefetcher follows rows a block's stride apart. */
 #define SCORE_ROWS 4
-#define SCORE_POSITIONS 4 /* sum_of_four reduces a row of the tile */
 ALWAYS_INLINE void shared_scores_tile(const Job *job, const Run *run, Scratch *scratch, const float *q,
                                       int64_t first_row, int64_t t, const int bf16) {
-    const int64_t d = job->head_size, width = job->num_kv_heads * d, offset = scratch->kv_offsets[first_row];
-    const int64_t element_bytes = bf16 ? 2 : 4;
-    const int prefetch = t + 2 * SCORE_POSITIONS <= run->context;
+    const int64_t d = job->head_size, element_bytes = bf16 ? 2 : 4;
     int64_t k_start[SCORE_POSITIONS];
     const char *next[SCORE_POSITIONS];
-    for (int j = 0; j < SCORE_POSITIONS; j++) {
-        k_start[j] = scratch->slots[t + j] * width + offset;
-        next[j] = (const char *)job->key_cache +
-                  (prefetch ? scratch->slots[t + SCORE_POSITIONS + j] * width + offset : 0) * element_bytes;
-    }
+    const int prefetch = score_tile_rows(job, run, scratch, first_row, t, bf16, k_start, next);
     __m512 sum[SCORE_ROWS][SCORE_POSITIONS];
     for (int r = 0; r < SCORE_ROWS; r++)
         for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_setzero_ps();

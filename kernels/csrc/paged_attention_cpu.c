@@ -75,6 +75,22 @@ static void run_kv_offsets(const Job *job, int64_t rows, int64_t *offsets) {
     for (int64_t r = 0; r < rows; r++) offsets[r] = (r % job->num_heads) / group * job->head_size;
 }
 
+#define SCORE_POSITIONS 4 /* positions of a shared scores tile, in both instruction sets' tiles */
+
+/* Where the K rows of a shared scores tile (SCORE_POSITIONS positions from `t`, the kv head of `first_row`) start,
+ * in elements, and where the next tile's rows start, to prefetch; returns whether there is a next tile. */
+static inline int score_tile_rows(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
+                                  int64_t t, int bf16, int64_t *k_start, const char **next) {
+    const int64_t width = job->num_kv_heads * job->head_size, offset = scratch->kv_offsets[first_row];
+    const int prefetch = t + 2 * SCORE_POSITIONS <= run->context;
+    for (int j = 0; j < SCORE_POSITIONS; j++) {
+        k_start[j] = scratch->slots[t + j] * width + offset;
+        next[j] = (const char *)job->key_cache +
+                  (prefetch ? scratch->slots[t + SCORE_POSITIONS + j] * width + offset : 0) * (bf16 ? 2 : 4);
+    }
+    return prefetch;
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include "paged_attention_avx512.h"
 const char *paged_attention_isa(void) { return "avx512"; }
