@@ -40,6 +40,11 @@ def is_finite_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= FLOAT32_MAX
 
 
+# Positive logits are divided by the penalty: below this, a float32 logit of a few hundred overflows to inf (and a
+# penalty under float32's smallest subnormal becomes 0), so the step's softmax would give NaN.
+REPETITION_PENALTY_MIN = 1e-6
+
+
 def check_float(name: str, value, low: float = -math.inf, high: float = math.inf, low_open: bool = False) -> None:
     """A finite number (float32's range) in [low, high] (or (low, high] with low_open); errors name `name`."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -168,7 +173,7 @@ class SamplingParams:
             _check_int("seed", self.seed, 0)
         check_float("presence_penalty", self.presence_penalty, -2.0, 2.0)
         check_float("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
-        check_float("repetition_penalty", self.repetition_penalty, 0.0, low_open=True)
+        check_float("repetition_penalty", self.repetition_penalty, REPETITION_PENALTY_MIN)
         if self.max_tokens is not None:
             _check_int("max_tokens", self.max_tokens, 1)
         _check_int("min_tokens", self.min_tokens, 0)
