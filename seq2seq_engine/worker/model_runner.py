@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence as Seq, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from seq2seq_engine.attention.bias import (BlockDiagonalCausalFromBottomRightMask, BlockDiagonalCausalMask,
-                                           BlockDiagonalMask)
-from seq2seq_engine.attention.metadata import (AttentionMetadata, CrossAttentionMetadata, EncoderAttentionMetadata,
-                                               SelfAttentionMetadata)
+from seq2seq_engine.attention.metadata import AttentionMetadata
 from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, TokenHistories, needs_logits_processing
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
 from seq2seq_engine.sequence import SequenceGroupMetadata
+from seq2seq_engine.worker.attention_inputs import Scheduled, encoder_and_cross_metadata, self_metadata
+from seq2seq_engine.worker.cuda_graphs import (CudaGraphCapture, DecodeGraphs, GraphCapture, graph_batch_sizes,
+                                               table_rows)
+from seq2seq_engine.worker.host_to_device import pack_to_device
 from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
 from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
 
@@ -36,58 +37,39 @@ class ModelInput:
     encoder_features: Optional[torch.Tensor] = None
     # Prefill positions that score prompt tokens or feed prompt_logits_hooks (None: no such request).
     prompt_logprobs: Optional[PromptLogprobPlan] = None
-
-
-@dataclasses.dataclass
-class _Scheduled:
-    """Per-sequence facts of one step, in batch order (prefills first)."""
-
-    rows: List[int] = dataclasses.field(default_factory=list)
-    num_computed: List[int] = dataclasses.field(default_factory=list)
-    num_scheduled: List[int] = dataclasses.field(default_factory=list)
-    sample_seq_ids: List[List[int]] = dataclasses.field(default_factory=list)  # sequences sampled from each
-    do_sample: List[bool] = dataclasses.field(default_factory=list)
-    cross_tables: List[List[int]] = dataclasses.field(default_factory=list)
-    encoder_lens: List[int] = dataclasses.field(default_factory=list)
-    num_prefills: int = 0
-
-
-def _padded_table(tables: Seq[Seq[int]]) -> torch.Tensor:
-    width = max(len(table) for table in tables)
-    padded = np.zeros((len(tables), width), dtype=np.int32)
-    for i, table in enumerate(tables):
-        padded[i, :len(table)] = table
-    return torch.from_numpy(padded)
-
-
-def _slots_of_prefixes(tables: Seq[Seq[int]], lengths: Seq[int], block_size: int) -> np.ndarray:
-    """Slots of positions 0..length-1 of each table, concatenated (for writing whole encoder outputs)."""
-    padded = _padded_table(tables).numpy()
-    lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    positions = np.arange(int(lengths.sum()), dtype=np.int64) - starts
-    rows = np.repeat(np.arange(len(tables)), lengths)
-    return padded[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    # A decode step replayed as a CUDA graph: its bucket (input_ids and positions hold that many rows, padding last)
+    graph_batch_size: Optional[int] = None
 
 
 class ModelRunner:
+    """Runs steps of one model. Decode steps on CUDA replay CUDA graphs (cuda_graphs.py) unless enforce_eager;
+    `graph_capture` replaces how graphs are captured (run_eagerly: the padded graph inputs run on any device)."""
+
     def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_model_len: int,
-                 block_size: int, eos_token_id: Optional[int] = None) -> None:
+                 block_size: int, eos_token_id: Optional[int] = None, max_encoder_len: int = 0,
+                 enforce_eager: bool = False, graph_capture: Optional[GraphCapture] = None) -> None:
         self.model = model
         self.eos_token_id = eos_token_id
         self.device = torch.device(device)
         self.block_size = block_size
+        self.enforce_eager = enforce_eager
         self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
         self.sampler = Sampler()
         self.prompt_logprobs = PromptLogprobTracker()
+        self.decode_graphs: Optional[DecodeGraphs] = None
+        if not enforce_eager and (graph_capture is not None or self.device.type == "cuda"):
+            cross_width = -(-max_encoder_len // block_size) if getattr(model, "is_encoder_decoder", False) else 0
+            self.decode_graphs = DecodeGraphs(model, self.device, graph_batch_sizes(max_num_seqs), block_size,
+                                              self.input_batch.max_blocks_per_seq, cross_width,
+                                              graph_capture or CudaGraphCapture(self.device))
 
     def release_seqs(self, seq_ids) -> None:
         seq_ids = list(seq_ids)
         self.input_batch.release(seq_ids)
         self.prompt_logprobs.release(seq_ids)
 
-    def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> _Scheduled:
-        scheduled = _Scheduled()
+    def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> Scheduled:
+        scheduled = Scheduled()
         for group in metadata_list:
             items = list(group.seq_data.items())
             # Sequences that share a prompt (n/best_of) run it once; each samples from its last position.
@@ -103,85 +85,67 @@ class ModelRunner:
                     scheduled.encoder_lens.append(group.encoder_len)
         return scheduled
 
-    def _self_metadata(self, flat: FlatInputs, scheduled: _Scheduled) -> SelfAttentionMetadata:
-        num_prefills = scheduled.num_prefills
-        query_lens = scheduled.num_scheduled[:num_prefills]
-        seq_lens = flat.seq_lens[:num_prefills].tolist()
-        prefill_bias, prefill_block_tables = None, None
-        if num_prefills and any(scheduled.num_computed[:num_prefills]):
-            prefill_bias = BlockDiagonalCausalFromBottomRightMask.from_seqlens(q_seqlen=query_lens,
-                                                                               kv_seqlen=seq_lens)
-            rows = scheduled.rows[:num_prefills]
-            prefill_block_tables = torch.from_numpy(self.input_batch.block_table[rows])
-        elif num_prefills:
-            prefill_bias = BlockDiagonalCausalMask.from_seqlens(query_lens)
-        decode_seq_lens, decode_block_tables, max_decode_len = None, None, 0
-        if len(scheduled.rows) > num_prefills:
-            decode_lens = flat.seq_lens[num_prefills:]
-            max_decode_len = int(decode_lens.max())
-            num_blocks = -(-max_decode_len // self.block_size)
-            decode_rows = scheduled.rows[num_prefills:]
-            decode_block_tables = torch.from_numpy(self.input_batch.block_table[decode_rows, :num_blocks])
-            decode_seq_lens = torch.from_numpy(decode_lens.astype(np.int32))
-        return SelfAttentionMetadata(
-            slot_mapping=torch.from_numpy(flat.slot_mapping), prefill_bias=prefill_bias,
-            prefill_block_tables=prefill_block_tables, decode_seq_lens=decode_seq_lens,
-            decode_block_tables=decode_block_tables, max_decode_seq_len=max_decode_len)
-
-    def _encoder_and_cross_metadata(self, scheduled: _Scheduled):
-        if not scheduled.cross_tables:
-            return None, None
-        num_prefills = scheduled.num_prefills
-        encoder_lens = scheduled.encoder_lens[:num_prefills]
-        encoder_md, prefill_bias, cross_slots = None, None, None
-        if num_prefills:
-            encoder_md = EncoderAttentionMetadata(bias=BlockDiagonalMask.from_seqlens(encoder_lens))
-            prefill_bias = BlockDiagonalMask.from_seqlens(q_seqlen=scheduled.num_scheduled[:num_prefills],
-                                                          kv_seqlen=encoder_lens)
-            cross_slots = torch.from_numpy(_slots_of_prefixes(scheduled.cross_tables[:num_prefills],
-                                                              encoder_lens, self.block_size))
-        decode_lens, decode_tables, max_len = None, None, 0
-        if len(scheduled.cross_tables) > num_prefills:
-            lens = scheduled.encoder_lens[num_prefills:]
-            decode_lens = torch.tensor(lens, dtype=torch.int32)
-            decode_tables = _padded_table(scheduled.cross_tables[num_prefills:])
-            max_len = max(lens)
-        cross_md = CrossAttentionMetadata(prefill_bias=prefill_bias, cross_slot_mapping=cross_slots,
-                                          decode_encoder_lens=decode_lens, decode_block_tables=decode_tables,
-                                          max_decode_encoder_len=max_len)
-        return encoder_md, cross_md
-
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
         scheduled = self._collect(metadata_list)
         flat = prepare_flat_inputs(np.asarray(scheduled.rows, dtype=np.int64),
                                    np.asarray(scheduled.num_computed, dtype=np.int64),
                                    np.asarray(scheduled.num_scheduled, dtype=np.int64),
                                    self.input_batch.token_ids, self.input_batch.block_table, self.block_size)
+        selected = np.repeat(flat.query_start_loc[1:] - 1, scheduled.num_samples)
+        sampled_seq_ids = [seq_id for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample) if keep
+                           for seq_id in ids]
+        sampling = dict(
+            sampled_seq_ids=sampled_seq_ids,
+            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
+            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
+            beam_rows=self._beam_rows(metadata_list))
+        graph_batch_size = self._graph_batch_size(scheduled)
+        if graph_batch_size is not None:
+            step = self.decode_graphs.prepare(self._decode_rows(scheduled, flat, selected), graph_batch_size,
+                                              len(selected))
+            return ModelInput(input_ids=step.input_ids, positions=step.positions, attn_metadata=step.attn_metadata,
+                              selected_token_indices=step.selected, graph_batch_size=graph_batch_size, **sampling)
         num_prefills = scheduled.num_prefills
         num_prefill_tokens = int(flat.query_start_loc[num_prefills])
-        encoder_md, cross_md = self._encoder_and_cross_metadata(scheduled)
+        encoder_md, cross_md = encoder_and_cross_metadata(scheduled, self.block_size)
         attn_metadata = AttentionMetadata(
             num_prefills=num_prefills, num_prefill_tokens=num_prefill_tokens,
             num_decode_tokens=flat.num_tokens - num_prefill_tokens,
-            self_attn=self._self_metadata(flat, scheduled), encoder=encoder_md, cross=cross_md)
-        num_samples = [len(ids) if keep else 0 for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample)]
-        selected = np.repeat(flat.query_start_loc[1:] - 1, num_samples)
-        sampled_seq_ids = [seq_id for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample) if keep
-                           for seq_id in ids]
+            self_attn=self_metadata(flat, scheduled, self.input_batch.block_table, self.block_size),
+            encoder=encoder_md, cross=cross_md)
         encoder_input_ids, encoder_positions, encoder_features = (
             self._encoder_inputs(metadata_list) if encoder_md is not None else (None, None, None))
         model_input = ModelInput(
             input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
-            sampled_seq_ids=sampled_seq_ids,
-            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
-            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
-            beam_rows=self._beam_rows(metadata_list), encoder_input_ids=encoder_input_ids,
-            encoder_positions=encoder_positions, encoder_features=encoder_features,
-            prompt_logprobs=self.prompt_logprobs.plan(
+            encoder_input_ids=encoder_input_ids, encoder_positions=encoder_positions,
+            encoder_features=encoder_features, prompt_logprobs=self.prompt_logprobs.plan(
                 [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
-                flat.query_start_loc[:num_prefills]))
+                flat.query_start_loc[:num_prefills]), **sampling)
         return self._to_device(model_input)
+
+    def _graph_batch_size(self, scheduled: Scheduled) -> Optional[int]:
+        """The graph bucket of a decode step (one new token per sequence, no prefill), or None: run eagerly."""
+        if self.decode_graphs is None or scheduled.num_prefills or not scheduled.rows:
+            return None
+        if self.decode_graphs.cross_table_width:
+            # a decoder-only request among encoder/decoder ones, or a cross table wider than the graphs' tables
+            if (len(scheduled.cross_tables) != len(scheduled.rows)
+                    or max(map(len, scheduled.cross_tables)) > self.decode_graphs.cross_table_width):
+                return None
+        elif scheduled.cross_tables:
+            return None
+        return self.decode_graphs.batch_size_for(len(scheduled.rows))
+
+    def _decode_rows(self, scheduled: Scheduled, flat: FlatInputs, selected: np.ndarray) -> Dict[str, np.ndarray]:
+        """The real rows of a decode step, one array per static graph input."""
+        rows = dict(input_ids=flat.input_ids, positions=flat.positions, slot_mapping=flat.slot_mapping,
+                    selected=selected, context_lens=flat.seq_lens,
+                    block_tables=self.input_batch.block_table[scheduled.rows])
+        if self.decode_graphs.cross_table_width:
+            rows["encoder_lens"] = np.asarray(scheduled.encoder_lens)
+            rows["cross_block_tables"] = table_rows(scheduled.cross_tables, self.decode_graphs.cross_table_width)
+        return rows
 
     def _sampling_metadata(self, metadata_list: List[SequenceGroupMetadata]) -> SamplingMetadata:
         rows = [(group.sampling_params, group.generator)
@@ -201,7 +165,7 @@ class ModelRunner:
         return (rows, num_candidates) if rows else None
 
     def _logits_processors(self, metadata_list: List[SequenceGroupMetadata],
-                           scheduled: _Scheduled) -> Optional[LogitsProcessorBatch]:
+                           scheduled: Scheduled) -> Optional[LogitsProcessorBatch]:
         """The sampled rows' processing; nothing is built when no row has any (the common case)."""
         params, seqs = [], []
         for group in metadata_list:
@@ -212,10 +176,9 @@ class ModelRunner:
             return None
         # The runner's token table already holds every scheduled sequence's tokens (synced in _collect); the
         # sequences sharing a prompt (n/best_of prefill) all read the row of the one that ran it.
-        samples_per_row = [len(ids) if keep else 0 for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample)]
-        table_rows = np.repeat(np.asarray(scheduled.rows, dtype=np.int64), samples_per_row)
+        history_rows = np.repeat(np.asarray(scheduled.rows, dtype=np.int64), scheduled.num_samples)
         histories = TokenHistories(
-            table=self.input_batch.token_ids, table_rows=table_rows,
+            table=self.input_batch.token_ids, table_rows=history_rows,
             prompt_lens=np.array([seq.get_prompt_len() for seq in seqs], dtype=np.int64),
             seq_lens=np.array([seq.get_len() for seq in seqs], dtype=np.int64),
             output_token_ids=[seq.output_token_ids for seq in seqs])
@@ -235,13 +198,23 @@ class ModelRunner:
                 torch.cat([torch.arange(len(tokens)) for tokens in token_lists]), None)
 
     def _to_device(self, model_input: ModelInput) -> ModelInput:
+        """The step's host tensors (inputs and attention metadata) on the device, moved by one copy."""
         if self.device.type == "cpu":
             return model_input
         names = ("input_ids", "positions", "selected_token_indices", "encoder_input_ids", "encoder_positions",
                  "encoder_features")
-        moved = {name: getattr(model_input, name).to(self.device, non_blocking=True) for name in names
-                 if getattr(model_input, name) is not None}
-        _metadata_to_device(model_input.attn_metadata, self.device)
+        tensors = {name: getattr(model_input, name) for name in names}
+        metadata = model_input.attn_metadata
+        parts = {"self_attn": metadata.self_attn, "encoder": metadata.encoder, "cross": metadata.cross}
+        for part_name, part in parts.items():
+            for field in dataclasses.fields(part) if part is not None else ():
+                value = getattr(part, field.name)
+                if isinstance(value, torch.Tensor):
+                    tensors[f"{part_name}.{field.name}"] = value
+        moved = pack_to_device(tensors, self.device)
+        for key in [key for key in moved if "." in key]:
+            part_name, field_name = key.split(".")
+            setattr(parts[part_name], field_name, moved.pop(key))
         if model_input.prompt_logprobs is not None:
             model_input.prompt_logprobs.to(self.device)
         return dataclasses.replace(model_input, **moved)
@@ -252,10 +225,13 @@ class ModelRunner:
         """Run one step; returns the sampled sequences' ids and the sampler's output for them (which also carries
         the step's prompt logprobs, so a prompt chunk that samples nothing may still return an output)."""
         model_input = self.prepare_inputs(metadata_list)
-        hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
-                                   model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
-                                   encoder_positions=model_input.encoder_positions,
-                                   encoder_features=model_input.encoder_features)
+        if model_input.graph_batch_size is not None:
+            hidden_states = self.decode_graphs.run(model_input.graph_batch_size, kv_caches)
+        else:
+            hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
+                                       model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
+                                       encoder_positions=model_input.encoder_positions,
+                                       encoder_features=model_input.encoder_features)
         sampler_output = self._sample(model_input, hidden_states) if model_input.sampled_seq_ids else None
         scored = (compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states, self.model.compute_logits)
                   if model_input.prompt_logprobs is not None else None)
@@ -280,13 +256,3 @@ class ModelRunner:
         beam_logprobs, beam_token_ids = logits[beam_index].topk(min(model_input.beam_rows[1], logits.shape[1]))
         return dataclasses.replace(sampler_output, beam_rows=model_input.beam_rows[0], beam_logprobs=beam_logprobs,
                                    beam_token_ids=beam_token_ids)
-
-
-def _metadata_to_device(attn_metadata: AttentionMetadata, device: torch.device) -> None:
-    for part in (attn_metadata.self_attn, attn_metadata.encoder, attn_metadata.cross):
-        if part is None:
-            continue
-        for field in dataclasses.fields(part):
-            value = getattr(part, field.name)
-            if isinstance(value, torch.Tensor):
-                setattr(part, field.name, value.to(device, non_blocking=True))
