@@ -55,6 +55,8 @@ class ModelConfig:
     max_logprobs: int = 20
     # Whether the encoder takes audio (Whisper) rather than tokens; None: not known, prompts are not checked for it.
     takes_audio: Optional[bool] = None
+    # Run every step eagerly: no CUDA graphs for decode steps (vLLM's name; nothing changes on the CPU).
+    enforce_eager: bool = False
     hf_config: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -62,6 +64,8 @@ class ModelConfig:
         _require_positive("max_target_positions", self.max_target_positions)
         if not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be a non-negative integer, got {self.max_logprobs!r}")
+        if not isinstance(self.enforce_eager, bool):
+            raise TypeError(f"enforce_eager must be True or False, got {self.enforce_eager!r}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
         if self.quantization not in _QUANTIZATION_METHODS:
@@ -207,7 +211,8 @@ def _first_token_id(value) -> Optional[int]:
 
 def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", seed: int = 0,
                          skip_tokenizer_init: bool = False, max_model_len: Optional[int] = None,
-                         max_logprobs: int = 20, quantization: Optional[str] = None) -> ModelConfig:
+                         max_logprobs: int = 20, quantization: Optional[str] = None,
+                         enforce_eager: bool = False) -> ModelConfig:
     """ModelConfig from a transformers config (BART: max_position_embeddings bounds both sides;
     Whisper: max_source_positions / max_target_positions; T5: relative positions, RELATIVE_POSITION_MAX_LEN)."""
     is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
@@ -232,4 +237,4 @@ def model_config_from_hf(model: str, hf_config: Any, dtype: str = "float32", see
         default_decoder_prompt_has_bos=getattr(hf_config, "model_type", None) not in _START_ONLY_DECODER_PROMPT,
         dtype=dtype, quantization=quantization, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
         max_logprobs=max_logprobs, takes_audio=is_encoder_decoder and hasattr(hf_config, "num_mel_bins"),
-        hf_config=hf_config)
+        enforce_eager=enforce_eager, hf_config=hf_config)

@@ -31,6 +31,7 @@ class EngineArgs:
     enable_chunked_prefill: bool = False
     max_logprobs: int = 20
     max_beam_width: Optional[int] = None
+    enforce_eager: bool = False   # True: no CUDA graphs, every step runs eagerly
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -39,7 +40,8 @@ class EngineArgs:
     def create_engine_config(self, hf_config: Any) -> EngineConfig:
         """Block counts are left unset here: they depend on the model's KV geometry (see engine builder)."""
         model_config = model_config_from_hf(self.model, hf_config, self.dtype, self.seed, self.skip_tokenizer_init,
-                                            self.max_model_len, self.max_logprobs, self.quantization)
+                                            self.max_model_len, self.max_logprobs, self.quantization,
+                                            self.enforce_eager)
         max_model_len, max_encoder_len = model_config.max_model_len, model_config.max_encoder_len
         device_config = DeviceConfig(self.device)
         if model_config.quantization == "int8":

@@ -69,7 +69,8 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler_config, cache_config)
         self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
                                         self.model_config.max_model_len, cache_config.block_size,
-                                        self.model_config.eos_token_id)
+                                        self.model_config.eos_token_id, self.model_config.max_encoder_len,
+                                        self.model_config.enforce_eager)
         detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
         self._seq_ids = itertools.count()
         # Request defaults from the model's generation_config.json (HF's defaults when there is none).

@@ -118,7 +118,7 @@ def _record(index: int, item: Any) -> dict:
 def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     """The LLM keyword arguments the flags give (the model aside)."""
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
-                kv_cache_dtype=args.kv_cache_dtype,
+                kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
                 skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
                 max_num_seqs=args.max_num_seqs)
 

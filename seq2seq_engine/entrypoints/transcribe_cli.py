@@ -169,7 +169,7 @@ def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     """The LLM keyword arguments the flags give (the model aside)."""
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
                 kv_cache_dtype=args.kv_cache_dtype, kv_cache_space_gb=args.kv_cache_space_gb,
-                max_num_seqs=args.max_num_seqs, swap_space_gb=args.swap_space_gb)
+                max_num_seqs=args.max_num_seqs, swap_space_gb=args.swap_space_gb, enforce_eager=args.enforce_eager)
 
 
 def _results(args: argparse.Namespace, options: TranscriptionOptions,

@@ -53,7 +53,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 def engine_kwargs(args: argparse.Namespace) -> dict:
     names = ("dtype", "quantization", "kv_cache_dtype", "device", "seed", "block_size", "kv_cache_space_gb",
              "swap_space_gb", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs",
-             "enable_chunked_prefill", "preemption_mode")
+             "enable_chunked_prefill", "preemption_mode", "enforce_eager")
     return {name: getattr(args, name) for name in names}
 
 
