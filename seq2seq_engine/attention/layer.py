@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from seq2seq_engine.attention.backends import select_backend
 from seq2seq_engine.attention.backends.torch_backend import KVCache, PositionBias, TorchAttentionBackend
-from seq2seq_engine.attention.backends.xformers_backend import select_backend
 from seq2seq_engine.attention.metadata import AttentionMetadata
 from seq2seq_engine.attention.types import AttentionType
 

@@ -4,24 +4,12 @@ Also process-wide settings applied before torch loads (OpenMP wait policy, libra
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Dict, Union
+from typing import Union
 
 from .cpu_policy import CpuPlatform
 from .cpu_probe import cpu_info
-
-
-@dataclasses.dataclass(frozen=True)
-class CudaPlatform:
-    """A CUDA device: prefill through xformers where its CUDA ops load (torch SDPA otherwise), paged decode
-    through the torch kernels."""
-    device_name: str
-    name: str = "cuda"
-
-    def describe(self) -> Dict[str, str]:
-        return {"gpu": self.device_name}
-
+from .cuda import CudaPlatform
 
 Platform = Union[CpuPlatform, CudaPlatform]
 
@@ -30,8 +18,7 @@ Platform = Union[CpuPlatform, CudaPlatform]
 def current_platform(device_type: str = "cpu") -> Platform:
     """The platform of `device_type` ("cpu" or "cuda"), built once per process."""
     if device_type == "cuda":
-        import torch
-        return CudaPlatform(torch.cuda.get_device_name())
+        return CudaPlatform.probe()
     if device_type != "cpu":
         raise ValueError(f"device must be cpu or cuda, got {device_type!r}")
     return CpuPlatform.from_cpu(cpu_info())

@@ -1,5 +1,5 @@
-"""The xformers attention backend (CUDA): prefill through xformers' memory-efficient kernels with the
-block-diagonal masks converted to xformers' bias classes; decode through the same paged kernels as the torch backend."""
+"""xformers' memory-efficient prefill attention (CUDA) over the engine's block-diagonal masks, converted to xformers'
+bias classes once per step's mask; grouped-query heads as expanded views."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,6 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from seq2seq_engine.attention.backends.torch_backend import TorchAttentionBackend
 from seq2seq_engine.attention.bias import AttentionBias
 
 # The last conversion: every layer of a step gets the same mask object, so each step converts once.
@@ -51,27 +50,36 @@ def to_xformers_bias(bias: AttentionBias, device: torch.device):
     return converted
 
 
-class XFormersAttentionBackend(TorchAttentionBackend):
-    name = "xformers"
+def xformers_prefill(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: AttentionBias,
+                     scale: float) -> Optional[torch.Tensor]:
+    """Block-diagonal attention by xformers' memory-efficient kernels: query [Tq, H, D], key/value [Tk, Hkv, D] ->
+    [Tq, H, D]; None where xformers has no kernel for these inputs (the caller then runs torch SDPA). Grouped-query
+    heads go in xformers' 5-D form [1, T, Hkv, H / Hkv, D], K/V expanded over the group as views, never copied."""
+    from xformers.ops import fmha
 
-    def prefill_attention(self, query, key, value, bias, scale, position_bias=None):
-        if position_bias is not None:  # a per-block float mask: the torch path builds it
-            return super().prefill_attention(query, key, value, bias, scale, position_bias)
-        from xformers.ops import fmha
+    num_tokens, num_heads, head_size = query.shape
+    num_kv_tokens, num_kv_heads = key.shape[0], key.shape[1]
+    if num_heads == num_kv_heads:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+    else:
+        group = num_heads // num_kv_heads
+        grouped = (1, num_kv_tokens, num_kv_heads, group, head_size)
+        query = query.view(1, num_tokens, num_kv_heads, group, head_size)
+        key = key.view(1, num_kv_tokens, num_kv_heads, 1, head_size).expand(grouped)
+        value = value.view(1, num_kv_tokens, num_kv_heads, 1, head_size).expand(grouped)
+    try:
+        out = fmha.memory_efficient_attention_forward(query, key, value, attn_bias=to_xformers_bias(bias, query.device),
+                                                      scale=scale)
+    except NotImplementedError as error:  # xformers' "no operator found for these inputs"
+        _warn_once(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        return None
+    return out.reshape(num_tokens, num_heads, head_size)
 
-        num_heads, num_kv_heads = query.shape[1], key.shape[1]
-        if num_heads != num_kv_heads:
-            group = num_heads // num_kv_heads
-            key = key.repeat_interleave(group, dim=1)
-            value = value.repeat_interleave(group, dim=1)
-        out = fmha.memory_efficient_attention_forward(
-            query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0),
-            attn_bias=to_xformers_bias(bias, query.device), scale=scale)
-        return out.squeeze(0)
+
+_warned: set = set()
 
 
-def select_backend(device: torch.device) -> TorchAttentionBackend:
-    """xformers on CUDA, torch elsewhere (every xformers kernel is CUDA-only)."""
-    if torch.device(device).type == "cuda":
-        return XFormersAttentionBackend()
-    return TorchAttentionBackend()
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        logging.getLogger(__name__).warning("xformers cannot run this prefill (%s); torch SDPA runs it", reason)
