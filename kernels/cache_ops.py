@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Sequence
+import functools
+import logging
+from typing import Any, Optional, Sequence
 
 import torch
 
+from seq2seq_engine.platforms import current_platform
+
 from .native import load_library, tensor_ptr
+
+logger = logging.getLogger(__name__)
 
 
 def reshape_and_cache(
@@ -22,12 +28,17 @@ def reshape_and_cache(
     ``slot_mapping[i]`` (block ``s // block_size``, offset ``s % block_size``). Negative slots are skipped
     (padding tokens). Values are cast to the cache dtype. Works for any cache strides (no flattened copy).
     On CPU, with matching dtypes, contiguous caches and each token's heads contiguous, the rows are copied by
-    ``csrc/cache_write_cpu.c``; anything else takes the torch path.
+    ``csrc/cache_write_cpu.c``; on CUDA the Triton writer runs where the CUDA platform chose it (no host sync);
+    anything else takes the torch path (which reads the slots back on a device to drop negative ones).
     """
     if key.shape != value.shape or key.dim() != 3 or key.shape[0] != slot_mapping.shape[0]:
         raise ValueError(f"key {tuple(key.shape)} / value {tuple(value.shape)} / slots {tuple(slot_mapping.shape)}")
     if key.shape[1:] != key_cache.shape[2:] or key_cache.shape != value_cache.shape:
         raise ValueError(f"tokens {tuple(key.shape)} do not fit caches {tuple(key_cache.shape)}")
+    triton = _triton_cache_ops() if key_cache.is_cuda and key.is_cuda and slot_mapping.is_cuda else None
+    if triton is not None:
+        triton.write_to_paged_cache(key, value, key_cache, value_cache, slot_mapping)
+        return
     library = _native_writer(key, value, key_cache, value_cache, slot_mapping)
     if library is not None:
         _write_native(library, key, value, key_cache, value_cache, slot_mapping.to(torch.int64).contiguous())
@@ -95,7 +106,12 @@ def copy_blocks(
     pairs = _as_pairs(block_mapping)
     if pairs.shape[0] == 0:
         return
-    for cache in list(key_caches) + list(value_caches):
+    caches = list(key_caches) + list(value_caches)
+    triton = _triton_cache_ops() if caches and all(cache.is_cuda for cache in caches) else None
+    if triton is not None:
+        triton.copy_paged_blocks(list(key_caches), list(value_caches), pairs.to(caches[0].device))
+        return
+    for cache in caches:
         src, dst = _pair_indices(pairs, cache.device)
         cache.index_copy_(0, dst, cache.index_select(0, src))
 
@@ -115,6 +131,19 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
     _, dst_index = _pair_indices(pairs, dst.device)
     blocks = src.index_select(0, src_index).to(dst.device)
     dst.index_copy_(0, dst_index, blocks)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_cache_ops() -> Optional[Any]:
+    """kernels/triton_cache.py where the CUDA platform chose the Triton kernels and it loads, else None."""
+    if current_platform("cuda").paged_kernels != "triton":
+        return None
+    try:
+        from . import triton_cache
+    except ImportError as error:
+        logger.warning("the Triton KV-cache kernels do not load (%s): cache writes run the torch path", error)
+        return None
+    return triton_cache
 
 
 def _as_pairs(block_mapping) -> torch.Tensor:

@@ -1,12 +1,21 @@
 """Paged decode attention over a block-table KV cache, vectorised over the batch (device-agnostic torch)."""
 from __future__ import annotations
 
-from typing import Optional
+import functools
+import logging
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from seq2seq_engine.platforms import current_platform
+
 from .native_attention import native_paged_attention
+
+logger = logging.getLogger(__name__)
+
+# The dtypes the Triton decode kernel is given; anything else (float64) takes the torch path.
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # Gathered-K bytes per chunk of sequences. On CPU a chunk stays cache-resident (the gather buffer is
 # reused across chunks); on accelerators one chunk normally covers the whole batch.
@@ -35,7 +44,8 @@ def paged_attention(
     output, so uninitialised (even NaN) cache memory there is harmless. ``max_context_len`` (an upper bound on
     ``context_lens``) is only used for tensors on accelerators, to size the work without a device sync; on CPU
     the exact lengths are read directly. On the CPU the fused native kernel (kernels/csrc/) runs when it is built
-    and the caches are contiguous float32/bfloat16; otherwise, and on accelerators, the torch path below.
+    and the caches are contiguous float32/bfloat16; on CUDA, without a position bias, the Triton kernel where the
+    CUDA platform chose it; otherwise the torch path below.
     ``position_bias`` ``[num_seqs, num_heads, >= longest context]`` (optional, e.g. T5's relative position bias)
     is added to the scaled scores: entry ``[i, h, t]`` to head ``h`` of sequence ``i`` against cached position ``t``.
     """
@@ -44,6 +54,10 @@ def paged_attention(
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
+    if position_bias is None and query.is_cuda and query.dtype in TRITON_DTYPES and key_cache.dtype in TRITON_DTYPES:
+        triton = triton_decode_kernels()
+        if triton is not None:
+            return triton[0](query, key_cache, value_cache, block_tables, context_lens, scale)
     native = native_paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale, position_bias)
     if native is not None:
         return native
@@ -72,6 +86,30 @@ def paged_attention(
             out[start:stop] = _attend_chunk(q[start:stop], key_cache, value_cache, chunk_rows, chunk_mask, workspace)
     out.masked_fill_((lens == 0).view(num_seqs, 1, 1, 1), 0.0)
     return out.view(num_seqs, num_heads, head_size).to(query.dtype)
+
+
+def triton_decode_kernels() -> Optional[Tuple[Callable, type]]:
+    """(paged_decode_attention, RelativeBias) where the CUDA platform chose the Triton kernels and they load, else
+    None: the torch path runs."""
+    if current_platform("cuda").paged_kernels != "triton":
+        return None
+    return load_triton_decode()
+
+
+@functools.lru_cache(maxsize=None)
+def load_triton_decode() -> Optional[Tuple[Callable, type]]:
+    """(paged_decode_attention, RelativeBias) of kernels/triton_attention.py, or None (logged once) where the module
+    does not load or Triton has no GPU to run on."""
+    try:
+        from .triton_attention import RelativeBias, paged_decode_attention, triton_available
+    except ImportError as error:
+        logger.warning("the Triton paged decode kernel does not load (%s): decode attention runs the torch path",
+                       error)
+        return None
+    if not triton_available():
+        logger.warning("Triton reports no usable GPU: decode attention runs the torch path")
+        return None
+    return paged_decode_attention, RelativeBias
 
 
 class _Workspace:
