@@ -11,6 +11,17 @@ from seq2seq_engine.sampling_params import SamplingParams, SamplingType
 DeviceLike = Union[str, torch.device]
 
 
+def to_device(tensor: torch.Tensor, device: DeviceLike) -> torch.Tensor:
+    """A CPU tensor on `device` without waiting for the device: on CUDA staged through pinned memory and copied
+    with non_blocking=True (a plain copy from pageable memory synchronises the stream); unchanged on the CPU."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return tensor
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def make_generator(seed: int, device: DeviceLike = "cpu") -> torch.Generator:
     """A torch.Generator on `device` seeded with `seed`: a seeded request draws its sampling noise from it,
     so its tokens do not depend on the other requests in the batch."""
@@ -66,13 +77,9 @@ class SamplingMetadata:
         filtered = set(filtered_rows)
         plain_rows = [i for i in random_rows if i not in filtered]
         requested = [n for n in num_logprobs if n]
-        pin = device.type == "cuda"
 
         def tensor(values, dtype):
-            t = torch.tensor(values, dtype=dtype, device="cpu")
-            if device.type == "cpu":
-                return t
-            return (t.pin_memory() if pin else t).to(device, non_blocking=True)
+            return to_device(torch.tensor(values, dtype=dtype, device="cpu"), device)
 
         return cls(
             temperatures=tensor(temperatures, torch.float32), top_ps=tensor(top_ps, torch.float32),

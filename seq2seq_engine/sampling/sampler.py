@@ -7,7 +7,11 @@ tokens whatever else is in the batch.
 
 Top-k / top-p rows are filtered without sorting the whole vocabulary: the top `kc` logits (torch.topk) are
 enough when every top-k is <= kc, and for a top-p-only row when the top kc tokens already hold top_p of the mass;
-rows that are not covered are redone with a larger kc (the last round is a full sort).
+rows that are not covered are redone with a larger kc (the last round is a full sort). On a GPU the first round is
+the full sort: reading back which rows are covered would wait for the device.
+
+On a GPU the sampler never waits for the device: index tensors go up from pinned memory without blocking, and
+`SamplerOutput.to_host` brings a step's results down with one wait.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import torch
 from torch import nn
 
 from seq2seq_engine.kernels.native_greedy import greedy_logsumexp, greedy_lse_and_probs
-from seq2seq_engine.sampling.metadata import SamplingMetadata
+from seq2seq_engine.sampling.metadata import SamplingMetadata, to_device
 
 # Candidate counts tried, in order, for rows with top-p but no top-k (the last round is the whole vocabulary).
 _TOP_P_CANDIDATE_ROUNDS = (256, 4096)
@@ -54,10 +58,38 @@ class SamplerOutput:
     # Prompt logprobs of the step's prefill chunks that asked for them (added by the model runner).
     prompt_logprobs: Optional[PromptLogprobsOutput] = None
 
+    def to_host(self) -> "SamplerOutput":
+        """This output with its tensors (prompt logprobs' too) on the CPU, copied without blocking and then waited
+        for once: the one host sync of a GPU step. Returns self when nothing is on a CUDA device."""
+        moved = _copies_to_host(self)
+        prompt = self.prompt_logprobs
+        prompt_moved = _copies_to_host(prompt) if prompt is not None else {}
+        if not moved and not prompt_moved:
+            return self
+        torch.cuda.current_stream().synchronize()
+        if prompt_moved:
+            moved["prompt_logprobs"] = dataclasses.replace(prompt, **prompt_moved)
+        return dataclasses.replace(self, **moved)
+
     @classmethod
     def empty(cls, device: torch.device) -> "SamplerOutput":
         """No sampled row (a step of prompt chunks that sample nothing but may score prompt tokens)."""
         return cls(torch.empty(0, dtype=torch.long, device=device), torch.empty(0, device=device))
+
+
+def _copies_to_host(record) -> dict:
+    """Non-blocking CPU copies (into pinned memory) of a dataclass's CUDA tensor fields, by field name."""
+    copies = {}
+    for field in dataclasses.fields(record):
+        value = getattr(record, field.name)
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            copies[field.name] = value.to("cpu", non_blocking=True)
+    return copies
+
+
+def _on(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`values` as a tensor on `device`, without waiting for the device (metadata.to_device)."""
+    return to_device(torch.tensor(values, dtype=dtype), device)
 
 
 def _uniform_rows(num_rows: int, width: int, generators: Sequence[Optional[torch.Generator]],
@@ -118,7 +150,7 @@ class Sampler(nn.Module):
         """An index tensor for `rows`, or a full slice when the rows are all of them in order."""
         if len(rows) == num_rows:
             return slice(None)
-        return torch.tensor(rows, dtype=torch.long, device=device)
+        return _on(rows, torch.long, device)
 
     # ------------------------------------------------------------------ rows without top-k / top-p
     def _sample_plain(self, logits: torch.Tensor, raw_probs: torch.Tensor, row_list: List[int], rows,
@@ -149,14 +181,15 @@ class Sampler(nn.Module):
         # Seeded rows draw their V uniforms now, once, whatever the candidate rounds below do.
         seeded_u = {j: torch.empty(vocab, device=device).uniform_(generator=md.generators[i])
                     for j, i in enumerate(row_list) if md.generators[i] is not None}
-        k_t = torch.tensor(ks, dtype=torch.long, device=device)
+        k_t = _on(ks, torch.long, device)
         p_t = md.top_ps[rows]
-        has_k_t = torch.tensor(has_k, dtype=torch.bool, device=device)
+        has_k_t = _on(has_k, torch.bool, device)
         min_p_t = md.min_ps[rows] if any(md.min_p_list[i] > 0.0 for i in row_list) else None
 
         tokens = torch.empty(n, dtype=torch.long, device=device)
         pending = list(range(n))
-        widths = [w for w in self.top_p_candidate_rounds if w < vocab] + [vocab]
+        rounds = self.top_p_candidate_rounds if device.type == "cpu" else ()
+        widths = [w for w in rounds if w < vocab] + [vocab]
         prev_kc = 0
         while pending:
             k_width = max((ks[j] for j in pending if has_k[j]), default=1)
@@ -165,7 +198,7 @@ class Sampler(nn.Module):
             if top_p_only:
                 kc = max(kc, next(w for w in widths if w > prev_kc))
             prev_kc = kc = min(kc, vocab)
-            sel = torch.tensor(pending, dtype=torch.long, device=device) if len(pending) < n else slice(None)
+            sel = _on(pending, torch.long, device) if len(pending) < n else slice(None)
             chosen, covered = self._sample_candidates(
                 x[sel], kc, k_t[sel], p_t[sel], has_k_t[sel], None if min_p_t is None else min_p_t[sel],
                 [seeded_u.get(j) for j in pending], all_have_k=not top_p_only,
@@ -175,8 +208,7 @@ class Sampler(nn.Module):
                 break
             done = [r for r, ok in enumerate(covered) if ok]
             if done:
-                tokens[torch.tensor([pending[r] for r in done], dtype=torch.long, device=device)] = \
-                    chosen[torch.tensor(done, dtype=torch.long, device=device)]
+                tokens[_on([pending[r] for r in done], torch.long, device)] = chosen[_on(done, torch.long, device)]
             pending = [pending[r] for r, ok in enumerate(covered) if not ok]
         return tokens
 

@@ -25,6 +25,7 @@ import torch
 
 from seq2seq_engine.sampling.logits_processors import collect
 from seq2seq_engine.sampling.logits_processors.history import TokenHistories
+from seq2seq_engine.sampling.metadata import to_device
 from seq2seq_engine.sampling_params import SamplingParams
 
 Pairs = Tuple[np.ndarray, np.ndarray]
@@ -101,7 +102,7 @@ class LogitsProcessorBatch:
         _ban(flat, self.bans_before_forcing, vocab)
         if self.forced is not None:
             rows, tokens = self.forced
-            logits.index_fill_(0, torch.from_numpy(rows).to(device), float("-inf"))
+            logits.index_fill_(0, to_device(torch.from_numpy(rows), device), float("-inf"))
             flat.index_fill_(0, _index(rows, tokens, vocab, device), 0.0)
         _ban(flat, self.bans_after_forcing, vocab)
         if self.logit_bias is not None:
@@ -111,7 +112,7 @@ class LogitsProcessorBatch:
             masked_rows, rows, tokens = self.allowed
             index = _index(rows, tokens, vocab, device)
             kept = flat.index_select(0, index)
-            logits.index_fill_(0, torch.from_numpy(masked_rows).to(device), float("-inf"))
+            logits.index_fill_(0, to_device(torch.from_numpy(masked_rows), device), float("-inf"))
             flat.index_copy_(0, index, kept)
         for row, output_token_ids, processors in self.callables:
             for processor in processors:
@@ -125,11 +126,11 @@ class LogitsProcessorBatch:
 
 def _index(rows: np.ndarray, tokens: np.ndarray, vocab: int, device: torch.device) -> torch.Tensor:
     """Flat positions of (row, token) pairs in a contiguous [N, vocab] tensor."""
-    return torch.from_numpy(rows * vocab + tokens).to(device)
+    return to_device(torch.from_numpy(rows * vocab + tokens), device)
 
 
 def _values(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(values).to(device=like.device, dtype=like.dtype)
+    return to_device(torch.from_numpy(values), like.device).to(like.dtype)
 
 
 def _ban(flat: torch.Tensor, pairs: Optional[Pairs], vocab: int) -> None:
