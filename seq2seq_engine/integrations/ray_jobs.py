@@ -44,14 +44,16 @@ def import_ray() -> Any:
 class RayJob:
     """Where and how wide a job runs: `address` ("auto": the cluster this machine belongs to; LOCAL: a new local
     Ray instance; else a cluster address such as "10.0.0.1:6379" or "ray://head:10001"), `num_replicas` (actors,
-    one engine each), `cpus_per_replica` (Ray CPUs each actor reserves; also its torch threads), `batch_size` (rows
-    per batch handed to an actor), `progress` (Ray Data's progress bars)."""
+    one engine each), `cpus_per_replica` (Ray CPUs each actor reserves; also its torch threads), `gpus_per_replica`
+    (Ray GPUs each actor reserves; None: 1 when the replicas' engines run on CUDA, else 0), `batch_size` (rows per
+    batch handed to an actor), `progress` (Ray Data's progress bars)."""
 
     address: str = LOCAL
     num_replicas: int = 1
     cpus_per_replica: float = 1.0
     batch_size: int = 16
     progress: bool = True
+    gpus_per_replica: Optional[float] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_replicas, int) or self.num_replicas < 1:
@@ -60,6 +62,18 @@ class RayJob:
             raise ValueError(f"cpus_per_replica (--cpus-per-replica) must be > 0, got {self.cpus_per_replica!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if self.gpus_per_replica is not None and not (isinstance(self.gpus_per_replica, (int, float))
+                                                      and self.gpus_per_replica >= 0):
+            raise ValueError(f"gpus_per_replica must be a number >= 0, got {self.gpus_per_replica!r}")
+
+    def replica_gpus(self, config: ReplicaConfig) -> float:
+        """The GPUs each replica reserves: `gpus_per_replica`, or by default 1 when `config`'s engines run on CUDA
+        (engine_kwargs device "cuda" or "cuda:N") and 0 otherwise ("auto" reserves none: a replica on a node whose
+        GPUs Ray gave to others would find them taken)."""
+        if self.gpus_per_replica is not None:
+            return float(self.gpus_per_replica)
+        device = str(config.engine_kwargs.get("device") or "")
+        return 1.0 if device == "cuda" or device.startswith("cuda:") else 0.0
 
 
 def connect(job: RayJob) -> None:
@@ -87,9 +101,11 @@ def run_rows(job: RayJob, rows: List[Dict[str, Any]], batch_class: type, config:
     if not rows:
         return
     dataset = ray.data.from_items(rows, override_num_blocks=math.ceil(len(rows) / job.batch_size))
+    gpus = job.replica_gpus(config)
+    resources = {"num_cpus": job.cpus_per_replica, **({"num_gpus": gpus} if gpus else {})}
     dataset = dataset.map_batches(batch_class, fn_constructor_kwargs={"config": config},
                                   compute=ray.data.ActorPoolStrategy(size=job.num_replicas),
-                                  num_cpus=job.cpus_per_replica, batch_size=job.batch_size)
+                                  batch_size=job.batch_size, **resources)
     try:
         yield from dataset.iter_rows()
     except ray.exceptions.RayError as error:
