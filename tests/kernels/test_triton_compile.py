@@ -1,0 +1,47 @@
+"""The Triton kernels compile for an H100 (sm_90) on any machine: Triton's own front end, optimiser and the ptxas its
+wheel bundles build each kernel's cubin for the shapes the engine launches (MHA and GQA, head sizes 64/80/128, with
+and without T5's bias), so a kernel the interpreter runs but the GPU compiler rejects fails here, without a GPU."""
+import pytest
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+from seq2seq_engine.kernels import triton_attention, triton_cache
+from seq2seq_engine.kernels.triton_launch import next_power_of_two
+
+pytestmark = pytest.mark.gpu_kernel
+H100 = GPUTarget("cuda", 90, 32)
+
+
+def compile_for_h100(fn, pointers: dict, constants: dict, num_warps: int = 4):
+    """The kernel's cubin: pointer arguments typed by ``pointers``, ``scale`` float32, every other argument int32."""
+    kernel = JITFunction(fn)
+    names = kernel.arg_names
+    signature = {name: "constexpr" if name in constants else pointers.get(name, "fp32" if name == "scale" else "i32")
+                 for name in names}
+    source = ASTSource(fn=kernel, signature=signature,
+                       constexprs={(names.index(name),): value for name, value in constants.items()})
+    return triton.compile(source, target=H100, options={"num_warps": num_warps})
+
+
+@pytest.mark.parametrize("group,head_size,dtype,has_bias", [
+    (1, 64, "bf16", True), (1, 80, "fp16", False), (3, 128, "fp32", False), (1, 128, "bf16", False)])
+def test_decode_attention_compiles_for_sm90(group, head_size, dtype, has_bias):
+    pointers = {name: f"*{dtype}" for name in ("out_ptr", "q_ptr", "k_ptr", "v_ptr", "bias_ptr")}
+    pointers.update({name: "*i32" for name in ("tables_ptr", "lens_ptr", "positions_ptr", "lut_ptr")})
+    constants = dict(GROUP=group, GROUP_PAD=next_power_of_two(group), HEAD_SIZE=head_size,
+                     HEAD_PAD=next_power_of_two(head_size), BLOCK_SIZE=16, TILE=32, HAS_BIAS=has_bias)
+    compiled = compile_for_h100(triton_attention._paged_decode_kernel, pointers, constants)
+    assert compiled.asm["cubin"] and ".target sm_90" in compiled.asm["ptx"]
+
+
+def test_cache_kernels_compile_for_sm90():
+    pointers = {name: "*bf16" for name in ("key_ptr", "value_ptr", "k_cache_ptr", "v_cache_ptr")}
+    pointers["slots_ptr"] = "*i64"
+    constants = dict(HEADS=12, HEADS_PAD=16, HEAD_SIZE=80, HEAD_PAD=128, BLOCK_SIZE=16)
+    assert compile_for_h100(triton_cache._write_kernel, pointers, constants).asm["cubin"]
+    pointers = {"src_ptr": "*bf16", "dst_ptr": "*bf16", "pairs_ptr": "*i64"}
+    for gather in (True, False):
+        compiled = compile_for_h100(triton_cache._copy_blocks_kernel, pointers, dict(GATHER=gather, CHUNK=1024))
+        assert compiled.asm["cubin"]
