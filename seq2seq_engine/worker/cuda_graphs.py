@@ -164,6 +164,7 @@ class DecodeGraphs:
         self._buffer = torch.zeros(num_bytes, dtype=torch.uint8, device=self.device)
         self._copied = torch.cuda.Event() if on_cuda else None
         self._inputs: Dict[int, Tuple[Dict[str, torch.Tensor], AttentionMetadata]] = {}
+        self._host_views: Dict[int, Tuple[Dict[str, np.ndarray], int]] = {}
         self._steps: Dict[int, Step] = {}
         self._caches_key: Optional[tuple] = None
 
@@ -202,10 +203,13 @@ class DecodeGraphs:
         batch_size into the static buffer: one host-to-device copy, queued on the current stream."""
         if self._copied is not None:
             self._copied.synchronize()      # the previous step's copy has finished reading the host buffer
-        host = self._views(self._host, batch_size)
+        if batch_size not in self._host_views:
+            views = self._views(self._host, batch_size)
+            used = field_layout(self.fields, batch_size)[1]
+            self._host_views[batch_size] = ({name: view.numpy() for name, view in views.items()}, used)
+        host, num_bytes = self._host_views[batch_size]
         for field in self.fields:
-            host[field.name].numpy()[...] = pad_rows(rows[field.name], batch_size, field.fill)
-        _, num_bytes = field_layout(self.fields, batch_size)
+            host[field.name][...] = pad_rows(rows[field.name], batch_size, field.fill)
         self._buffer[:num_bytes].copy_(self._host[:num_bytes], non_blocking=True)
         if self._copied is not None:
             self._copied.record()

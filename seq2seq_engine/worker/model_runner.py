@@ -198,25 +198,25 @@ class ModelRunner:
                 torch.cat([torch.arange(len(tokens)) for tokens in token_lists]), None)
 
     def _to_device(self, model_input: ModelInput) -> ModelInput:
-        """The step's host tensors (inputs and attention metadata) on the device, moved by one copy."""
+        """The step's host tensors (inputs, attention metadata, prompt-logprob indices) on the device, moved by
+        one copy."""
         if self.device.type == "cpu":
             return model_input
         names = ("input_ids", "positions", "selected_token_indices", "encoder_input_ids", "encoder_positions",
                  "encoder_features")
         tensors = {name: getattr(model_input, name) for name in names}
         metadata = model_input.attn_metadata
-        parts = {"self_attn": metadata.self_attn, "encoder": metadata.encoder, "cross": metadata.cross}
-        for part_name, part in parts.items():
-            for field in dataclasses.fields(part) if part is not None else ():
-                value = getattr(part, field.name)
+        holders = {"self_attn": metadata.self_attn, "encoder": metadata.encoder, "cross": metadata.cross,
+                   "prompt_logprobs": model_input.prompt_logprobs}
+        for holder_name, holder in holders.items():
+            for field in dataclasses.fields(holder) if holder is not None else ():
+                value = getattr(holder, field.name)
                 if isinstance(value, torch.Tensor):
-                    tensors[f"{part_name}.{field.name}"] = value
+                    tensors[f"{holder_name}.{field.name}"] = value
         moved = pack_to_device(tensors, self.device)
         for key in [key for key in moved if "." in key]:
-            part_name, field_name = key.split(".")
-            setattr(parts[part_name], field_name, moved.pop(key))
-        if model_input.prompt_logprobs is not None:
-            model_input.prompt_logprobs.to(self.device)
+            holder_name, field_name = key.split(".")
+            setattr(holders[holder_name], field_name, moved.pop(key))
         return dataclasses.replace(model_input, **moved)
 
     @torch.inference_mode()

@@ -153,3 +153,38 @@ def test_cuda_graph_tokens_equal_enforce_eager_tokens(arch, tmp_path):
         else:
             assert graphs is None
     assert results[False] == results[True]
+
+
+def _tensors(model_input):
+    """(name, tensor) of every tensor a step hands the model and the sampler."""
+    names = ("input_ids", "positions", "selected_token_indices", "encoder_input_ids", "encoder_positions")
+    found = [(name, getattr(model_input, name)) for name in names]
+    metadata = model_input.attn_metadata
+    for part in (metadata.self_attn, metadata.encoder, metadata.cross, model_input.prompt_logprobs):
+        for name, value in (vars(part) if part is not None else {}).items():
+            found.append((name, value))
+    return [(name, value) for name, value in found if isinstance(value, torch.Tensor)]
+
+
+def test_every_step_tensor_reaches_the_device(bart):
+    """A runner on the meta device: every tensor a prefill and a decode step hand on must have been moved."""
+    llm, _ = bart
+    engine = llm.llm_engine
+    runner = ModelRunner(engine.model_runner.model, torch.device("meta"), engine.scheduler_config.max_num_seqs,
+                         engine.model_config.max_model_len, engine.cache_config.block_size)
+    for index, prompt in enumerate(_prompts(3, 7)):
+        engine.add_request(f"meta-{index}", TokensPrompt(prompt_token_ids=prompt),
+                           SamplingParams(max_tokens=4, prompt_logprobs=1))
+    prefill, _ = engine.scheduler.schedule()
+    prefill_input = runner.prepare_inputs(prefill)
+    engine.abort_request([f"meta-{index}" for index in range(3)])
+    engine.add_request("meta-3", TokensPrompt(prompt_token_ids=_prompts(1, 8)[0]), SamplingParams(max_tokens=4))
+    engine.step()
+    decode, _ = engine.scheduler.schedule()
+    decode_input = runner.prepare_inputs(decode)
+    engine.abort_request("meta-3")
+    assert prefill_input.attn_metadata.num_prefills == 3 and decode_input.attn_metadata.num_prefills == 0
+    assert prefill_input.prompt_logprobs is not None and prefill_input.encoder_input_ids is not None
+    for name, tensor in _tensors(prefill_input) + _tensors(decode_input):
+        assert tensor.device.type == "meta", name
+    assert len(_tensors(prefill_input)) >= 8 and len(_tensors(decode_input)) >= 7
