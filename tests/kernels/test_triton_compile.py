@@ -25,11 +25,13 @@ def compile_for_h100(fn, pointers: dict, constants: dict, num_warps: int = 4):
     return triton.compile(source, target=H100, options={"num_warps": num_warps})
 
 
-@pytest.mark.parametrize("group,head_size,dtype,has_bias", [
-    (1, 64, "bf16", True), (1, 80, "fp16", False), (3, 128, "fp32", False), (1, 128, "bf16", False)])
-def test_decode_attention_compiles_for_sm90(group, head_size, dtype, has_bias):
+@pytest.mark.parametrize("group,head_size,dtype,has_bias,index", [
+    (1, 64, "bf16", True, "i32"), (1, 80, "fp16", False, "i32"), (3, 128, "fp32", False, "i32"),
+    (1, 128, "bf16", True, "i64")])
+def test_decode_attention_compiles_for_sm90(group, head_size, dtype, has_bias, index):
     pointers = {name: f"*{dtype}" for name in ("out_ptr", "q_ptr", "k_ptr", "v_ptr", "bias_ptr")}
-    pointers.update({name: "*i32" for name in ("tables_ptr", "lens_ptr", "positions_ptr", "lut_ptr")})
+    pointers.update({name: f"*{index}" for name in ("tables_ptr", "lens_ptr", "positions_ptr")})
+    pointers["lut_ptr"] = "*i32"
     constants = dict(GROUP=group, GROUP_PAD=next_power_of_two(group), HEAD_SIZE=head_size,
                      HEAD_PAD=next_power_of_two(head_size), BLOCK_SIZE=16, TILE=32, HAS_BIAS=has_bias)
     compiled = compile_for_h100(triton_attention._paged_decode_kernel, pointers, constants)
