@@ -1,0 +1,236 @@
+"""GPU throughput against HF transformers `generate` on the same GPU and the same random weights, interleaved rounds
+(ours, HF, ours, HF): Whisper large-v3 shaped 30 s windows with 120 forced tokens (RTFx) and BART-large shaped
+documents with 64 forced tokens (tokens/s). Each workload runs in its own child process; JSON plus a markdown table.
+
+    python3 benchmarks/gpu_throughput.py --out gpu_throughput.json          # on a CUDA GPU, bfloat16
+    python3 benchmarks/gpu_throughput.py --tiny --device cpu                 # smoke run of the script itself
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,  # noqa: E402
+                           bart_setup, synchronize, whisper_features, whisper_hf, whisper_ours, whisper_setup)
+
+WORKLOADS = ("whisper", "bart")
+# (full, tiny) defaults of the size arguments
+SIZES = {"whisper_batches": ("64,128", "2,3"), "whisper_new_tokens": (120, 6), "bart_docs": (256, 6),
+         "bart_min_len": (64, 8), "bart_max_len": (512, 40), "bart_new_tokens": (64, 6), "hf_batch": (64, 4)}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    parser.add_argument("--tiny", action="store_true", help="2-layer models and a few requests (smoke run)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--whisper-batches", default=None, help="windows per batch, comma-separated (64,128)")
+    parser.add_argument("--whisper-new-tokens", type=int, default=None)
+    parser.add_argument("--bart-docs", type=int, default=None)
+    parser.add_argument("--bart-min-len", type=int, default=None)
+    parser.add_argument("--bart-max-len", type=int, default=None)
+    parser.add_argument("--bart-new-tokens", type=int, default=None)
+    parser.add_argument("--hf-batch", type=int, default=None, help="documents per HF generate call (64)")
+    parser.add_argument("--enforce-eager", action="store_true", help="our engine without CUDA graphs")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON file of the results")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    args.shape = "tiny" if args.tiny else "full"
+    for name, defaults in SIZES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[1] if args.tiny else defaults[0])
+    args.batches = [int(b) for b in str(args.whisper_batches).split(",")]
+    args.max_batch = max(args.batches)
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown or args.rounds < 1 or min(args.batches) < 1:
+        parser.error(f"workloads must be among {WORKLOADS} (got {sorted(unknown)}), rounds and batches >= 1")
+    return args
+
+
+def timed(device: str, run: Callable[[], List[List[int]]]) -> Dict[str, Any]:
+    """Wall seconds of one call (the device synchronized on both sides), or the error it raised."""
+    synchronize(device)
+    start = time.perf_counter()
+    try:
+        tokens = run()
+        synchronize(device)
+    except torch.cuda.OutOfMemoryError as error:
+        gc.collect()
+        torch.cuda.empty_cache()
+        return {"seconds": None, "tokens": None, "error": f"out of memory: {error}"[:300]}
+    return {"seconds": time.perf_counter() - start, "tokens": tokens, "error": None}
+
+
+def interleaved(args, setup: Setup, calls: Dict[str, Callable[[Any], List[List[int]]]]) -> Dict[str, Any]:
+    """Warm-up once per engine, then `args.rounds` rounds of ours, HF; the best round counts."""
+    engines = {"ours": setup.ours, "hf": setup.hf}
+    start = time.perf_counter()
+    for name, call in calls.items():
+        timed(args.device, lambda: call["warmup"](engines[name]))
+    setup.seconds["warmup"] = time.perf_counter() - start
+    result: Dict[str, Any] = {name: {"rounds": [], "errors": []} for name in calls}
+    last: Dict[str, Any] = {}
+    for _ in range(args.rounds):
+        for name, call in calls.items():
+            run = timed(args.device, lambda: call["timed"](engines[name]))
+            result[name]["rounds"].append(run["seconds"])
+            if run["error"]:
+                result[name]["errors"].append(run["error"])
+            last[name] = run["tokens"]
+            if torch.device(args.device).type == "cuda":
+                torch.cuda.empty_cache()  # HF's freed activations must not crowd our pool's neighbours
+    for name in calls:
+        times = [t for t in result[name]["rounds"] if t is not None]
+        result[name]["best_s"] = min(times) if times else None
+    best_ours, best_hf = result["ours"]["best_s"], result["hf"]["best_s"]
+    result["speed_ratio"] = best_hf / best_ours if best_ours and best_hf else None
+    result["agreement"] = agreement(last.get("ours"), last.get("hf"))
+    return result
+
+
+def whisper_child(args, workdir: str) -> Dict[str, Any]:
+    setup = whisper_setup(args, os.path.join(workdir, "whisper"))
+    features = whisper_features(args, args.max_batch)
+    n = args.whisper_new_tokens
+    out: Dict[str, Any] = {"setup_s": setup.seconds, "new_tokens": n, "window_s": WINDOW_SECONDS, "batches": {}}
+    for index, batch in enumerate(args.batches):
+        part = features[:batch]
+        # the first batch's warm-up runs the largest batch, so graphs and kernels meet every size before timing
+        warm = features[:args.max_batch] if index == 0 else part[:1]
+        calls = {"ours": {"warmup": lambda llm: whisper_ours(llm, warm, 2),
+                          "timed": lambda llm: whisper_ours(llm, part, n)},
+                 "hf": {"warmup": lambda m: whisper_hf(m, warm, 2), "timed": lambda m: whisper_hf(m, part, n)}}
+        result = interleaved(args, setup, calls)
+        for name in ("ours", "hf"):
+            best = result[name]["best_s"]
+            result[name]["rtfx"] = batch * WINDOW_SECONDS / best if best else None
+        out["batches"][str(batch)] = result
+    return out
+
+
+def bart_child(args, workdir: str) -> Dict[str, Any]:
+    documents = bart_documents(args)
+    setup = bart_setup(args, os.path.join(workdir, "bart"), documents)
+    n = args.bart_new_tokens
+    calls = {"ours": {"warmup": lambda llm: bart_ours(llm, documents[:args.hf_batch], 2),
+                      "timed": lambda llm: bart_ours(llm, documents, n)},
+             "hf": {"warmup": lambda m: bart_hf(m, documents[:args.hf_batch], 2, args.hf_batch),
+                    "timed": lambda m: bart_hf(m, documents, n, args.hf_batch)}}
+    result = interleaved(args, setup, calls)
+    for name in ("ours", "hf"):
+        best = result[name]["best_s"]
+        result[name]["tokens_per_s"] = len(documents) * n / best if best else None
+    return {"setup_s": setup.seconds, "documents": len(documents), "new_tokens": n, "hf_batch": args.hf_batch,
+            "prompt_tokens": sum(len(d) for d in documents), "result": result}
+
+
+def run_child(args) -> None:
+    transformers.logging.set_verbosity_error()  # generate's per-call notes on max_length would flood the log
+    transformers.utils.logging.disable_progress_bar()
+    workdir = tempfile.mkdtemp(prefix=f"gpu_throughput_{args.child}_")
+    child = whisper_child if args.child == "whisper" else bart_child
+    result = child(args, workdir)
+    with open(args.child_out, "w") as f:
+        json.dump(result, f)
+
+
+def environment(args) -> Dict[str, Any]:
+    cuda = torch.device(args.device).type == "cuda"
+    return {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
+            "cuda": torch.version.cuda, "transformers": transformers.__version__, "dtype": args.dtype,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "args": {k: v for k, v in vars(args).items() if k not in ("child", "child_out")}}
+
+
+def spawn(workload: str, argv: List[str]) -> Dict[str, Any]:
+    """One workload in a fresh process (its GPU memory is returned when it exits); its output streams through."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+        path = handle.name
+    start = time.perf_counter()
+    code = subprocess.call([sys.executable, os.path.abspath(__file__), *argv, "--child", workload,
+                            "--child-out", path])
+    elapsed = time.perf_counter() - start
+    try:
+        with open(path) as f:
+            result = json.load(f) if code == 0 else {"error": f"the {workload} run exited with status {code}"}
+    except (OSError, ValueError) as error:
+        result = {"error": f"the {workload} run left no result: {error}"}
+    finally:
+        os.unlink(path)
+    result["process_s"] = elapsed
+    return result
+
+
+def _cell(value, fmt: str = "{:.2f}") -> str:
+    return "" if value is None else fmt.format(value)
+
+
+def _rows(name: str, batch: str, result: Dict[str, Any], unit: str) -> List[List[str]]:
+    rows = []
+    for engine in ("ours", "hf"):
+        r = result[engine]
+        rounds = " / ".join("failed" if t is None else f"{t:.2f}" for t in r["rounds"])
+        ratio = _cell(result.get("speed_ratio"), "{:.2f}x") if engine == "ours" else ""
+        same = result.get("agreement", {})
+        agree = (f"{same['identical']:.0%} / {same['common_prefix']:.0%}" if same and engine == "ours" else "")
+        rows.append([name, batch, engine, _cell(r["best_s"]), rounds, _cell(r.get(unit), "{:.1f}"), ratio, agree])
+    return rows
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    header = ["workload", "batch", "engine", "best wall s", "rounds s", "RTFx or tok/s", "ours/HF speed",
+              "same tokens / common prefix"]
+    rows = []
+    for name, result in results["workloads"].items():
+        if "error" in result:
+            rows.append([name, "", "", "", result["error"], "", "", ""])
+        elif name == "whisper":
+            for batch, batch_result in result["batches"].items():
+                rows += _rows(name, batch, batch_result, "rtfx")
+        else:
+            rows += _rows(name, str(result["documents"]), result["result"], "tokens_per_s")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.child:
+        run_child(args)
+        return 0
+    results = {**environment(args), "workloads": {}}
+    print(f"# {results['device']}, torch {results['torch']}, transformers {results['transformers']}, "
+          f"{args.dtype}, {args.rounds} rounds, {results['date']}", flush=True)
+    for workload in args.workloads.split(","):
+        results["workloads"][workload] = spawn(workload, argv)
+        if args.out:
+            with open(args.out, "w") as f:  # after each workload: a later timeout keeps what finished
+                json.dump(results, f, indent=1)
+    print(markdown(results))
+    return 0 if all("error" not in r for r in results["workloads"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

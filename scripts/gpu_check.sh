@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The GPU check, one command on a CUDA machine (about 5 minutes on an H100): installs the engine from this tree
+# without dependencies or network, prints the GPU and the versions, then runs, each step time-boxed and the next one
+# run whatever happened:
+#   a. the Triton kernel tests on the GPU         pytest -m gpu_kernel tests/kernels
+#   b. the CUDA correctness tests                 pytest tests/cuda
+#   c. the throughput benchmark against HF        benchmarks/gpu_throughput.py
+#   d. every other test marked cuda               pytest -m "cuda and not gpu_kernel" tests --ignore=tests/cuda
+# Everything is tee'd to $OUT/gpu_check.log; $OUT also gets the JUnit XML of the tests and gpu_throughput.json.
+# Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
+# the benchmark with --tiny --device cpu. Usage: OUT=/tmp/gpuout bash scripts/gpu_check.sh
+# Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT, BENCH_TIMEOUT, OTHER_TIMEOUT; BENCH_ARGS adds benchmark flags.
+set -uo pipefail
+
+: "${OUT:?set OUT to the folder for the log and the results}"
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+: >"$LOG"
+export PYTHONUNBUFFERED=1
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x .venv/bin/python ]]; then PYTHON="$PWD/.venv/bin/python"; else PYTHON="$(command -v python3)"; fi
+fi
+declare -a SUMMARY=()
+
+say() { echo "$@" | tee -a "$LOG"; }
+
+# step NAME SECONDS COMMAND...: runs COMMAND under `timeout`, output tee'd to the log, and records its status
+step() {
+    local name=$1 seconds=$2 start status
+    shift 2
+    say ""
+    say "=== $name (time box ${seconds} s): $*"
+    start=$(date +%s)
+    timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee -a "$LOG"
+    status=${PIPESTATUS[0]}
+    case $status in
+        0) verdict=ok ;;
+        5) verdict="no tests selected" ;;
+        124 | 137) verdict="TIMED OUT" ;;
+        *) verdict="FAILED (exit $status)" ;;
+    esac
+    SUMMARY+=("$name: $verdict, $(($(date +%s) - start)) s")
+    say "=== $name: $verdict"
+}
+
+install_engine() {
+    # editable install: seq2seq_engine.kernels and .models come from setup.py's package_dir mapping
+    if (cd /tmp && "$PYTHON" -c "import seq2seq_engine.kernels, seq2seq_engine.models" 2>/dev/null); then
+        say "seq2seq_engine already importable: $(cd /tmp && "$PYTHON" -c 'import seq2seq_engine; print(seq2seq_engine.__file__)')"
+        return 0
+    fi
+    "$PYTHON" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tee -a "$LOG"
+    if (cd /tmp && "$PYTHON" -c "import seq2seq_engine.kernels, seq2seq_engine.models" 2>&1 | tee -a "$LOG"); then
+        return 0
+    fi
+    # fallback: the mapped layout copied to a folder on PYTHONPATH (the tree's own seq2seq_engine/ must not shadow it)
+    say "editable install failed: using a copy of the package layout in /tmp/seq2seq_engine_path"
+    rm -rf /tmp/seq2seq_engine_path && mkdir -p /tmp/seq2seq_engine_path
+    cp -r seq2seq_engine /tmp/seq2seq_engine_path/
+    cp -r kernels /tmp/seq2seq_engine_path/seq2seq_engine/kernels
+    cp -r models /tmp/seq2seq_engine_path/seq2seq_engine/models
+    export PYTHONPATH="/tmp/seq2seq_engine_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
+}
+
+say "=== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+install_engine
+if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1 | tee -a "$LOG"; fi
+"$PYTHON" - <<'EOF' 2>&1 | tee -a "$LOG"
+import platform
+import torch, transformers, triton
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+      f"triton {triton.__version__}, transformers {transformers.__version__}")
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    print(f"GPU {props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}")
+EOF
+if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    GPU=1
+    say "CUDA GPU found: full sizes"
+    BENCH_DEFAULT=(--out "$OUT/gpu_throughput.json")
+else
+    GPU=0
+    say "no CUDA GPU: dry run (kernel tests on CPU tensors, CUDA tests skip, benchmark --tiny --device cpu)"
+    BENCH_DEFAULT=(--tiny --device cpu --out "$OUT/gpu_throughput.json")
+fi
+
+PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
+step "kernel tests" "${KERNEL_TIMEOUT:-50}" "${PYTEST[@]}" -m gpu_kernel --continue-on-collection-errors \
+    --junitxml="$OUT/kernel_tests.xml" tests/kernels
+step "cuda tests" "${CUDA_TIMEOUT:-100}" "${PYTEST[@]}" --junitxml="$OUT/cuda_tests.xml" tests/cuda
+# shellcheck disable=SC2086  # BENCH_ARGS: extra flags, split on spaces
+step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" benchmarks/gpu_throughput.py "${BENCH_DEFAULT[@]}" ${BENCH_ARGS:-}
+step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not gpu_kernel" \
+    --continue-on-collection-errors --junitxml="$OUT/other_cuda_tests.xml" --ignore=tests/cuda tests
+
+say ""
+say "=== summary (GPU=$GPU)"
+for line in "${SUMMARY[@]}"; do say "  $line"; done

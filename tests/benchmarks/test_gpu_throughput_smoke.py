@@ -1,0 +1,31 @@
+"""benchmarks/gpu_throughput.py --tiny on the CPU: the script runs both workloads, writes its JSON and table, and at
+float32 this engine and HF `generate` produce the same forced-length tokens on the same random weights."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_tiny_cpu_run_writes_json_and_table(tmp_path):
+    out = tmp_path / "gpu_throughput.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_throughput.py"), "--tiny",
+                             "--device", "cpu", "--rounds", "2", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert (report["device"], report["dtype"]) == ("cpu", "float32")
+    whisper, bart = report["workloads"]["whisper"], report["workloads"]["bart"]
+    runs = list(whisper["batches"].values()) + [bart["result"]]
+    assert list(whisper["batches"]) == ["2", "3"] and len(runs) == 3
+    for run in runs:
+        for engine in ("ours", "hf"):
+            assert len(run[engine]["rounds"]) == 2 and all(t > 0 for t in run[engine]["rounds"])
+            assert run[engine]["errors"] == []
+        assert run["speed_ratio"] > 0
+        assert run["agreement"] == {"identical": 1.0, "common_prefix": 1.0}
+    assert whisper["batches"]["3"]["ours"]["rtfx"] > 0 and bart["result"]["ours"]["tokens_per_s"] > 0
+    table = [line for line in result.stdout.splitlines() if line.startswith("| whisper |") or
+             line.startswith("| bart |")]
+    assert len(table) == 6, result.stdout
