@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,  # noqa: E402
                            bart_setup, synchronize, whisper_features, whisper_hf, whisper_ours, whisper_setup)
+
+from seq2seq_engine.cache_dir import cache_root  # noqa: E402
 
 WORKLOADS = ("whisper", "bart")
 # (full, tiny) defaults of the size arguments
@@ -87,8 +91,10 @@ def interleaved(args, setup: Setup, calls: Dict[str, Callable[[Any], List[List[i
     engines = {"ours": setup.ours, "hf": setup.hf}
     start = time.perf_counter()
     for name, call in calls.items():
-        timed(args.device, lambda: call["warmup"](engines[name]))
-    setup.seconds["warmup"] = time.perf_counter() - start
+        warm = timed(args.device, lambda: call["warmup"](engines[name]))
+        if warm["error"]:
+            print(f"{name} warm-up failed: {warm['error']}", flush=True)
+    setup.seconds["warmup"] = setup.seconds.get("warmup", 0.0) + time.perf_counter() - start
     result: Dict[str, Any] = {name: {"rounds": [], "errors": []} for name in calls}
     last: Dict[str, Any] = {}
     for _ in range(args.rounds):
@@ -109,18 +115,17 @@ def interleaved(args, setup: Setup, calls: Dict[str, Callable[[Any], List[List[i
     return result
 
 
-def whisper_child(args, workdir: str) -> Dict[str, Any]:
-    setup = whisper_setup(args, os.path.join(workdir, "whisper"))
+def whisper_child(args, model_dir: str) -> Dict[str, Any]:
+    setup = whisper_setup(args, model_dir)
     features = whisper_features(args, args.max_batch)
     n = args.whisper_new_tokens
     out: Dict[str, Any] = {"setup_s": setup.seconds, "new_tokens": n, "window_s": WINDOW_SECONDS, "batches": {}}
-    for index, batch in enumerate(args.batches):
+    for batch in args.batches:
         part = features[:batch]
-        # the first batch's warm-up runs the largest batch, so graphs and kernels meet every size before timing
-        warm = features[:args.max_batch] if index == 0 else part[:1]
-        calls = {"ours": {"warmup": lambda llm: whisper_ours(llm, warm, 2),
+        # warm-up on the timed batch (2 tokens): the CUDA graphs of the decode batch sizes it meets are captured then
+        calls = {"ours": {"warmup": lambda llm: whisper_ours(llm, part, 2),
                           "timed": lambda llm: whisper_ours(llm, part, n)},
-                 "hf": {"warmup": lambda m: whisper_hf(m, warm, 2), "timed": lambda m: whisper_hf(m, part, n)}}
+                 "hf": {"warmup": lambda m: whisper_hf(m, part, 2), "timed": lambda m: whisper_hf(m, part, n)}}
         result = interleaved(args, setup, calls)
         for name in ("ours", "hf"):
             best = result[name]["best_s"]
@@ -129,11 +134,12 @@ def whisper_child(args, workdir: str) -> Dict[str, Any]:
     return out
 
 
-def bart_child(args, workdir: str) -> Dict[str, Any]:
+def bart_child(args, model_dir: str) -> Dict[str, Any]:
     documents = bart_documents(args)
-    setup = bart_setup(args, os.path.join(workdir, "bart"), documents)
+    setup = bart_setup(args, model_dir, documents)
     n = args.bart_new_tokens
-    calls = {"ours": {"warmup": lambda llm: bart_ours(llm, documents[:args.hf_batch], 2),
+    # our warm-up takes every document (2 tokens), so it meets the decode batch sizes of the timed run
+    calls = {"ours": {"warmup": lambda llm: bart_ours(llm, documents, 2),
                       "timed": lambda llm: bart_ours(llm, documents, n)},
              "hf": {"warmup": lambda m: bart_hf(m, documents[:args.hf_batch], 2, args.hf_batch),
                     "timed": lambda m: bart_hf(m, documents, n, args.hf_batch)}}
@@ -146,13 +152,20 @@ def bart_child(args, workdir: str) -> Dict[str, Any]:
 
 
 def run_child(args) -> None:
+    """One workload; its saved model is removed afterwards, with the prepared-weights file a CPU load writes for it
+    (named after the model folder, `gpu_throughput_<workload>`)."""
     transformers.logging.set_verbosity_error()  # generate's per-call notes on max_length would flood the log
     transformers.utils.logging.disable_progress_bar()
     workdir = tempfile.mkdtemp(prefix=f"gpu_throughput_{args.child}_")
     child = whisper_child if args.child == "whisper" else bart_child
-    result = child(args, workdir)
-    with open(args.child_out, "w") as f:
-        json.dump(result, f)
+    try:
+        result = child(args, os.path.join(workdir, f"gpu_throughput_{args.child}"))
+        with open(args.child_out, "w") as f:
+            json.dump(result, f)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        for path in glob.glob(os.path.join(cache_root(), "prepared", f"gpu_throughput_{args.child}-*.safetensors")):
+            os.unlink(path)
 
 
 def environment(args) -> Dict[str, Any]:
