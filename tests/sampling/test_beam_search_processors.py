@@ -189,7 +189,7 @@ def test_beam_params_share_sampling_params_fields_and_checks(llama_llm):
     assert params.stop == ["ab"] and params.suppress_tokens == [5, 6] and params.bad_words_ids == [[7, 8]]
     sampling = params.to_sampling_params()
     assert all(getattr(sampling, name) == getattr(params, name) for name in LOGITS_PROCESSOR_FIELDS)
-    for kwargs, message in [(dict(repetition_penalty=0.0), r"repetition_penalty must be in \(0.0, inf\]"),
+    for kwargs, message in [(dict(repetition_penalty=0.0), r"repetition_penalty must be in \[1e-06, inf\]"),
                             (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size must be >= 0"),
                             (dict(allowed_token_ids=[]), "allowed_token_ids must not be empty"),
                             (dict(bad_words_ids=[[]]), "bad_words_ids must be a list of non-empty lists"),
