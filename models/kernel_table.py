@@ -61,8 +61,7 @@ def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
 def kernel_table(platform: Platform) -> List[Tuple[str, str]]:
     """The platform's rows: the CPU table, or the CUDA backends."""
     if isinstance(platform, CudaPlatform):
-        return [("prefill attention", "xformers memory-efficient attention (block-diagonal biases)"),
-                ("paged decode attention", "torch gather")]
+        return platform.kernel_rows()
     return cpu_kernel_table(platform)
 
 

@@ -25,6 +25,8 @@ class OutputProcessor:
                 sampler_output: Optional[SamplerOutput]) -> List[int]:
         """Update every scheduled request; returns the ids of sequences that finished this step."""
         row_of_seq = {seq_id: row for row, seq_id in enumerate(sampled_seq_ids)}
+        if sampler_output is not None:
+            sampler_output = sampler_output.to_host()  # one wait for the device, not one per column read below
         columns = SampledColumns.from_output(sampler_output)
         beam_candidates = _beam_candidates(sampler_output, sampled_seq_ids)
         prompt_chunks = _prompt_logprob_chunks(sampler_output)
