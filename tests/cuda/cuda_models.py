@@ -122,8 +122,9 @@ def build_case(arch: str, tmp_path) -> Case:
 
 
 def load_hf(case: Case, dtype: torch.dtype):
-    """The checkpoint loaded back by transformers (its own loading code) onto DEVICE, SDPA attention."""
-    model = CLASSES[case.arch].from_pretrained(case.model_dir, dtype=dtype, attn_implementation="sdpa")
+    """The checkpoint loaded back by transformers (its own loading code) onto DEVICE, eager attention (the plain
+    matmul-softmax-matmul every architecture has)."""
+    model = CLASSES[case.arch].from_pretrained(case.model_dir, dtype=dtype, attn_implementation="eager")
     return model.to(DEVICE).eval()
 
 
