@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,  # noqa: E402
-                           bart_setup, synchronize, whisper_features, whisper_hf, whisper_ours, whisper_setup)
+                           bart_setup, synchronize, whisper_features, whisper_hf, whisper_memory_gib, whisper_ours,
+                           whisper_setup)
 
 from seq2seq_engine.cache_dir import cache_root  # noqa: E402
 
@@ -119,7 +120,10 @@ def whisper_child(args, model_dir: str) -> Dict[str, Any]:
     setup = whisper_setup(args, model_dir)
     features = whisper_features(args, args.max_batch)
     n = args.whisper_new_tokens
-    out: Dict[str, Any] = {"setup_s": setup.seconds, "new_tokens": n, "window_s": WINDOW_SECONDS, "batches": {}}
+    memory = whisper_memory_gib(args, setup)
+    print(f"whisper: estimated device memory (GiB) {memory}", flush=True)
+    out: Dict[str, Any] = {"setup_s": setup.seconds, "new_tokens": n, "window_s": WINDOW_SECONDS,
+                           "memory_estimate_gib": memory, "batches": {}}
     for batch in args.batches:
         part = features[:batch]
         # warm-up on the timed batch (2 tokens): the CUDA graphs of the decode batch sizes it meets are captured then
@@ -212,7 +216,7 @@ def _rows(name: str, batch: str, result: Dict[str, Any], unit: str) -> List[List
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    header = ["workload", "batch", "engine", "best wall s", "rounds s", "RTFx or tok/s", "ours/HF speed",
+    header = ["workload", "requests", "engine", "best wall s", "rounds s", "RTFx or tok/s", "ours/HF speed",
               "same tokens / common prefix"]
     rows = []
     for name, result in results["workloads"].items():

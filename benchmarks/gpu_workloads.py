@@ -108,6 +108,20 @@ def whisper_setup(args, model_dir: str) -> Setup:
                   _whisper_generation_config)
 
 
+def whisper_memory_gib(args, setup: Setup) -> Dict[str, float]:
+    """Estimated device memory: both engines' weights, our KV pool and HF's K/V at the largest batch (its
+    cross-attention cache of 1500 positions per window dominates)."""
+    config = setup.hf.config
+    element = setup.hf.dtype.itemsize
+    weights = sum(p.numel() for p in setup.hf.parameters()) * element
+    per_token = 2 * config.decoder_layers * config.d_model * element   # K and V of every decoder layer
+    pool = setup.ours.llm_engine.cache_config.num_gpu_blocks * 16 * per_token
+    hf_cache = args.max_batch * (1500 + len(WHISPER_PROMPT) + args.whisper_new_tokens) * per_token
+    return {name: round(value / 2**30, 1) for name, value in
+            (("weights_x2", 2 * weights), ("our_kv_pool", pool), ("hf_kv_cache", hf_cache),
+             ("total", 2 * weights + pool + hf_cache))}
+
+
 def whisper_features(args, count: int) -> List[torch.Tensor]:
     """`count` 30 s windows of random log-mel features [n_mels, 3000] in the range of real ones, float32 on the CPU
     (where a caller's feature extractor leaves them)."""
