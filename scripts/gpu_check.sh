@@ -97,3 +97,5 @@ step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not g
 say ""
 say "=== summary (GPU=$GPU)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done
+# the benchmark's table again, so that the end of the output holds it
+grep -E '^\|(---| workload | whisper | bart )' "$LOG" | tee -a "$LOG"
