@@ -26,6 +26,7 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from gpu_profile import describe, profile_run  # noqa: E402
 from gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,  # noqa: E402
                            bart_setup, synchronize, whisper_features, whisper_hf, whisper_memory_gib, whisper_ours,
                            whisper_setup)
@@ -54,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hf-batch", type=int, default=None, help="documents per HF generate call (64)")
     parser.add_argument("--enforce-eager", action="store_true", help="our engine without CUDA graphs")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="after the rounds, one more run of each engine under the torch profiler (CUDA only): "
+                             "the kernels with the most device time and the GPU's idle share")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON file of the results")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -135,7 +139,22 @@ def whisper_child(args, model_dir: str) -> Dict[str, Any]:
             best = result[name]["best_s"]
             result[name]["rtfx"] = batch * WINDOW_SECONDS / best if best else None
         out["batches"][str(batch)] = result
+        if args.profile and batch == args.max_batch:
+            out["profile"] = profiled(args, f"whisper {batch} windows", {
+                "ours": lambda: whisper_ours(setup.ours, part, n), "hf": lambda: whisper_hf(setup.hf, part, n)})
     return out
+
+
+def profiled(args, title: str, runs: Dict[str, Callable[[], Any]]) -> Dict[str, Any]:
+    """One profiled run of each engine (on CUDA), printed and returned."""
+    if torch.device(args.device).type != "cuda":
+        return {}
+    profiles = {}
+    for name, run in runs.items():
+        profiles[name] = profile_run(run)
+        print(describe(f"{name}, {title}", profiles[name]), flush=True)
+        torch.cuda.empty_cache()
+    return profiles
 
 
 def bart_child(args, model_dir: str) -> Dict[str, Any]:
@@ -151,8 +170,10 @@ def bart_child(args, model_dir: str) -> Dict[str, Any]:
     for name in ("ours", "hf"):
         best = result[name]["best_s"]
         result[name]["tokens_per_s"] = len(documents) * n / best if best else None
+    profile = profiled(args, f"bart {len(documents)} documents", {"ours": lambda: bart_ours(setup.ours, documents, n)}
+                       ) if args.profile else {}
     return {"setup_s": setup.seconds, "documents": len(documents), "new_tokens": n, "hf_batch": args.hf_batch,
-            "prompt_tokens": sum(len(d) for d in documents), "result": result}
+            "prompt_tokens": sum(len(d) for d in documents), "result": result, "profile": profile}
 
 
 def run_child(args) -> None:
