@@ -9,6 +9,7 @@ import torch
 
 from .triton_launch import (check_device, kernel_for, max_combine, next_power_of_two, sum_combine, tl, token_tile,
                             triton_available)
+from .triton_split import check_overrides, choose_splits, combine_partials, split_length, workspace_for
 
 __all__ = ["RelativeBias", "paged_decode_attention", "triton_available"]
 
@@ -36,7 +37,9 @@ class RelativeBias:
 def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
                            relative_bias: Optional[RelativeBias] = None,
-                           out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           out: Optional[torch.Tensor] = None, *, tile: Optional[int] = None,
+                           num_warps: Optional[int] = None, num_splits: Optional[int] = None,
+                           workspace: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Single-query attention of each sequence over its paged context, the contract of ``paged_attention``.
 
     query ``[num_seqs, num_heads, head_size]``; caches ``[num_blocks, block_size, num_kv_heads, head_size]``;
@@ -46,7 +49,13 @@ def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_c
     itself, so the launch depends on shapes only (CUDA-graph capturable, no host sync). CPU tensors run the same
     kernel source through Triton's interpreter. Returns ``out`` (``[num_seqs, num_heads, head_size]`` in
     ``query.dtype``), allocated when not given.
+
+    With ``num_splits`` > 1 (split-K, flash-decoding) each context is cut into that many contiguous shares of the
+    table's capacity, one program each, writing float32 partials to ``workspace`` (``[num_seqs, num_heads,
+    num_splits, head_size + 2]``, allocated when not given) that a second kernel merges into ``out``. ``tile``
+    (tokens per step), ``num_warps`` and ``num_splits`` override the built-in choices (None: the heuristic).
     """
+    check_overrides(tile, num_warps, num_splits)
     _check_inputs(query, key_cache, value_cache, block_tables, context_lens)
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -58,31 +67,42 @@ def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_c
     block_tables = block_tables.contiguous()
     group = num_heads // num_kv_heads
     group_pad, head_pad = next_power_of_two(group), next_power_of_two(head_size)
-    tile = token_tile(_TILE_ELEMENTS // (group_pad * head_pad), largest=_MAX_TILE)
-    num_warps = 4 if group_pad * head_pad * tile <= _TILE_ELEMENTS else 8
+    if tile is None:
+        tile = token_tile(_TILE_ELEMENTS // (group_pad * head_pad), largest=_MAX_TILE)
+    if num_warps is None:
+        num_warps = 4 if group_pad * head_pad * tile <= _TILE_ELEMENTS else 8
+    capacity = block_tables.shape[1] * block_size
+    if num_splits is None:
+        num_splits = choose_splits(num_seqs * num_kv_heads, capacity, tile, query.device)
     if relative_bias is None:
         bias_args: Tuple = (query, context_lens, context_lens, 0, 0, 0)
     else:
         bias_args = _bias_args(relative_bias, num_seqs, num_heads, query.device)
-    kernel_for(_paged_decode_kernel, query.device)[(num_seqs, num_kv_heads)](
-        out, query, key_cache, value_cache, block_tables, context_lens, *bias_args, float(scale),
-        block_tables.shape[1], query.stride(0), query.stride(1), key_cache.stride(0), key_cache.stride(1),
-        key_cache.stride(2), value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), out.stride(0),
-        out.stride(1), block_tables.stride(0),
+    split = num_splits > 1
+    partials = workspace_for(query, num_splits, workspace) if split else out
+    ws_strides = partials.stride()[:3] if split else (0, 0, 0)
+    kernel_for(_paged_decode_kernel, query.device)[(num_seqs, num_kv_heads, num_splits)](
+        out, partials, query, key_cache, value_cache, block_tables, context_lens, *bias_args, float(scale),
+        block_tables.shape[1], split_length(capacity, num_splits, tile), query.stride(0), query.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), value_cache.stride(0), value_cache.stride(1),
+        value_cache.stride(2), out.stride(0), out.stride(1), *ws_strides, block_tables.stride(0),
         GROUP=group, GROUP_PAD=group_pad, HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_SIZE=block_size,
-        TILE=tile, HAS_BIAS=relative_bias is not None, num_warps=num_warps)
+        TILE=tile, HAS_BIAS=relative_bias is not None, SPLIT=split, num_warps=num_warps)
+    if split:
+        combine_partials(partials, out)
     return out
 
 
-def _paged_decode_kernel(out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, bias_ptr, positions_ptr, lut_ptr,
-                         bias_stride_bucket, bias_stride_head, max_distance, scale, max_blocks,
+def _paged_decode_kernel(out_ptr, ws_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, bias_ptr, positions_ptr,
+                         lut_ptr, bias_stride_bucket, bias_stride_head, max_distance, scale, max_blocks, split_len,
                          q_stride_seq, q_stride_head, k_stride_block, k_stride_slot, k_stride_head,
                          v_stride_block, v_stride_slot, v_stride_head, out_stride_seq, out_stride_head,
-                         table_stride, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr,
-                         HEAD_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                         HAS_BIAS: tl.constexpr):
+                         ws_stride_seq, ws_stride_head, ws_stride_split, table_stride, GROUP: tl.constexpr,
+                         GROUP_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+                         BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
     members = tl.arange(0, GROUP_PAD)
     heads = kv_head * GROUP + members
     dims = tl.arange(0, HEAD_PAD)
@@ -97,11 +117,13 @@ def _paged_decode_kernel(out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, bia
     best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.full([GROUP_PAD], 0.0, tl.float32)
     acc = tl.full([GROUP_PAD, HEAD_PAD], 0.0, tl.float32)
+    # this program's share of the context (all of it without splits); a share past the length reads nothing
+    start = split * split_len
+    end = tl.minimum(length, start + split_len)
     # a while loop: Triton 3.6's interpreter cannot take a loaded length as a range() bound under NumPy 2
-    start = 0
-    while start < length:
+    while start < end:
         tokens = start + tl.arange(0, TILE)
-        valid = tokens < length
+        valid = tokens < end
         blocks = tl.load(tables_ptr + seq * table_stride + tokens // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
         slots = tokens % BLOCK_SIZE
         kv_mask = valid[:, None] & (dims < HEAD_SIZE)[None, :]
@@ -125,9 +147,15 @@ def _paged_decode_kernel(out_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, bia
         acc = acc * rescale[:, None] + tl.reduce(probs[:, :, None] * v[None, :, :], 1, sum_combine)
         best = new_best
         start += TILE
-    result = acc / tl.where(total > 0.0, total, 1.0)[:, None]
-    out_rows = seq * out_stride_seq + heads * out_stride_head
-    tl.store(out_ptr + out_rows[:, None] + dims[None, :], result.to(out_ptr.dtype.element_ty), mask=head_mask)
+    if SPLIT:  # unnormalised partials, then the running max and sum, for the combine stage
+        rows = ws_ptr + seq * ws_stride_seq + heads * ws_stride_head + split * ws_stride_split
+        tl.store(rows[:, None] + dims[None, :], acc, mask=head_mask)
+        tl.store(rows + HEAD_SIZE, best, mask=members < GROUP)
+        tl.store(rows + HEAD_SIZE + 1, total, mask=members < GROUP)
+    else:
+        result = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+        out_rows = seq * out_stride_seq + heads * out_stride_head
+        tl.store(out_ptr + out_rows[:, None] + dims[None, :], result.to(out_ptr.dtype.element_ty), mask=head_mask)
 
 
 def _bias_args(bias: RelativeBias, num_seqs: int, num_heads: int, device: torch.device) -> Tuple:

@@ -59,16 +59,23 @@ def reference(query, key_cache, value_cache, tables, lens, scale, bias=None):
     return out
 
 
-def run_case(device, lens, num_heads, num_kv_heads, head_size, dtype, block_size=16, seed=0, bias_spec=None):
+def run_case(device, lens, num_heads, num_kv_heads, head_size, dtype, block_size=16, seed=0, bias_spec=None,
+             width=None, **overrides):
+    """The kernel against the reference on random inputs; ``width`` sets the block tables' width, ``overrides`` are
+    the kernel's tuning keywords."""
     gen = torch.Generator().manual_seed(seed)
     key_cache, value_cache, tables = make_paged(gen, lens, block_size, num_kv_heads, head_size, dtype, device)
+    if width is not None:  # a table of exactly ``width`` blocks, garbage past every context
+        extra = torch.randint(10 ** 6, 10 ** 7, (len(lens), max(0, width - tables.shape[1])), generator=gen)
+        tables = torch.cat([tables, extra.to(device, torch.int32)], dim=1)[:, :width].contiguous()
     query = torch.randn(len(lens), num_heads, head_size, generator=gen).to(device, dtype)
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
     scale, bias, ref_bias = 1.0 / math.sqrt(head_size), None, None
     if bias_spec is not None:
         scale = 1.0  # as T5
         bias, ref_bias = make_bias(gen, bias_spec, lens, num_heads, dtype, device)
-    out = paged_decode_attention(query, key_cache, value_cache, tables, context_lens, scale, relative_bias=bias)
+    out = paged_decode_attention(query, key_cache, value_cache, tables, context_lens, scale, relative_bias=bias,
+                                 **overrides)
     expected = reference(query, key_cache, value_cache, tables, lens, scale, ref_bias)
     assert out.dtype == dtype and out.shape == query.shape and out.device.type == device
     assert torch.isfinite(out).all()

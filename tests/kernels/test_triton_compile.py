@@ -1,13 +1,14 @@
 """The Triton kernels compile for an H100 (sm_90) on any machine: Triton's own front end, optimiser and the ptxas its
 wheel bundles build each kernel's cubin for the shapes the engine launches (MHA and GQA, head sizes 64/80/128, with
-and without T5's bias), so a kernel the interpreter runs but the GPU compiler rejects fails here, without a GPU."""
+and without T5's bias, whole-context and split-K with its combine stage, tuned tiles and warps), so a kernel the
+interpreter runs but the GPU compiler rejects fails here, without a GPU."""
 import pytest
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-from seq2seq_engine.kernels import triton_attention, triton_cache
+from seq2seq_engine.kernels import triton_attention, triton_cache, triton_split
 from seq2seq_engine.kernels.triton_launch import next_power_of_two
 
 pytestmark = pytest.mark.gpu_kernel
@@ -33,9 +34,31 @@ def test_decode_attention_compiles_for_sm90(group, head_size, dtype, has_bias, i
     pointers.update({name: f"*{index}" for name in ("tables_ptr", "lens_ptr", "positions_ptr")})
     pointers["lut_ptr"] = "*i32"
     constants = dict(GROUP=group, GROUP_PAD=next_power_of_two(group), HEAD_SIZE=head_size,
-                     HEAD_PAD=next_power_of_two(head_size), BLOCK_SIZE=16, TILE=32, HAS_BIAS=has_bias)
-    compiled = compile_for_h100(triton_attention._paged_decode_kernel, pointers, constants)
+                     HEAD_PAD=next_power_of_two(head_size), BLOCK_SIZE=16, TILE=32, HAS_BIAS=has_bias, SPLIT=False)
+    for split in (False, True):  # the whole context, then one split's share writing float32 partials
+        pointers["ws_ptr"] = "*fp32" if split else pointers["out_ptr"]
+        constants["SPLIT"] = split
+        compiled = compile_for_h100(triton_attention._paged_decode_kernel, pointers, constants)
+        assert compiled.asm["cubin"] and ".target sm_90" in compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize("head_size,splits_pad,dtype", [(64, 16, "bf16"), (80, 4, "fp16"), (128, 2, "fp32")])
+def test_split_combine_compiles_for_sm90(head_size, splits_pad, dtype):
+    pointers = {"out_ptr": f"*{dtype}", "ws_ptr": "*fp32"}
+    constants = dict(HEAD_SIZE=head_size, HEAD_PAD=next_power_of_two(head_size), SPLITS_PAD=splits_pad)
+    compiled = compile_for_h100(triton_split._combine_kernel, pointers, constants, num_warps=2)
     assert compiled.asm["cubin"] and ".target sm_90" in compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize("tile,num_warps", [(16, 1), (64, 8), (128, 16)])
+def test_decode_attention_compiles_with_tuning_overrides(tile, num_warps):
+    pointers = {name: "*bf16" for name in ("out_ptr", "q_ptr", "k_ptr", "v_ptr", "bias_ptr")}
+    pointers.update({name: "*i32" for name in ("tables_ptr", "lens_ptr", "positions_ptr", "lut_ptr")})
+    pointers["ws_ptr"] = "*fp32"
+    constants = dict(GROUP=1, GROUP_PAD=1, HEAD_SIZE=64, HEAD_PAD=64, BLOCK_SIZE=16, TILE=tile, HAS_BIAS=False,
+                     SPLIT=True)
+    compiled = compile_for_h100(triton_attention._paged_decode_kernel, pointers, constants, num_warps=num_warps)
+    assert compiled.asm["cubin"]
 
 
 def test_cache_kernels_compile_for_sm90():
