@@ -19,19 +19,34 @@ def pack_to_device(tensors: Mapping[str, Optional[torch.Tensor]], device: torch.
     being reused before the copy has read it."""
     device = torch.device(device)
     present = {name: tensor for name, tensor in tensors.items() if tensor is not None}
+    # already there (Whisper features computed on the GPU): passed through as they are
+    resident = {name: tensor for name, tensor in present.items() if tensor.device.type != "cpu"
+                and _same_device(tensor.device, device)}
+    present = {name: tensor for name, tensor in present.items() if name not in resident}
     offsets, total = {}, 0
     for name, tensor in present.items():
         if tensor.device.type != "cpu":
-            raise ValueError(f"{name} is already on {tensor.device}: only host tensors are packed")
+            raise ValueError(f"{name} is on {tensor.device}: only host tensors and tensors on {device} are taken")
         offsets[name] = total
         total += -(-_num_bytes(tensor) // _ALIGNMENT) * _ALIGNMENT
     if not present:
-        return {}
+        return dict(resident)
     host = torch.empty(total, dtype=torch.uint8, pin_memory=device.type == "cuda")
     for name, tensor in present.items():
         _view(host, offsets[name], tensor).copy_(tensor)
     buffer = host.to(device, non_blocking=True)
-    return {name: _view(buffer, offsets[name], tensor) for name, tensor in present.items()}
+    return {**{name: _view(buffer, offsets[name], tensor) for name, tensor in present.items()}, **resident}
+
+
+def _same_device(tensor_device: torch.device, device: torch.device) -> bool:
+    """Whether a tensor on `tensor_device` is on `device` (a bare `cuda` names the current CUDA device)."""
+    if tensor_device.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    current = torch.cuda.current_device()
+    return (tensor_device.index if tensor_device.index is not None else current) == \
+        (device.index if device.index is not None else current)
 
 
 def _view(buffer: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:

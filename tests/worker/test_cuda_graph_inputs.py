@@ -153,3 +153,31 @@ def test_pack_to_device_keeps_values_dtypes_and_shapes(seed):
         assert tensor.data_ptr() % 64 == 0 or tensor.numel() == 0
     with pytest.raises(ValueError, match="meta"):
         pack_to_device({"x": torch.zeros(2, device="meta")}, torch.device("cpu"))
+
+
+def test_pack_to_device_passes_tensors_already_there_through():
+    generator = torch.Generator().manual_seed(3)
+    there = torch.empty(4, 5, device="meta")
+    host = torch.randint(0, 9, (6,), generator=generator)
+    moved = pack_to_device({"features": there, "ids": host}, torch.device("meta"))
+    assert moved["features"] is there
+    assert moved["ids"].device.type == "meta" and moved["ids"].shape == host.shape
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_window_features_are_computed_on_the_engine_device():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from seq2seq_engine.transcription.windows import features_for
+
+    samples = np.random.default_rng(0).standard_normal(16000 * 7).astype(np.float32) * 0.1
+    config = SimpleNamespace(hf_config=SimpleNamespace(num_mel_bins=128), max_encoder_len=1500)
+    on_gpu = features_for(SimpleNamespace(model_config=config, device=torch.device("cuda")), samples)
+    on_cpu = features_for(SimpleNamespace(model_config=config, device=torch.device("cpu")), samples)
+    assert on_gpu.is_cuda and on_gpu.shape == on_cpu.shape == (128, 3000)
+    assert torch.allclose(on_gpu.cpu(), on_cpu, atol=1e-4)
+    moved = pack_to_device({"features": on_gpu, "ids": torch.arange(3)}, torch.device("cuda"))
+    assert moved["features"] is on_gpu and moved["ids"].is_cuda
