@@ -17,6 +17,10 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Elements of the [query heads, tokens, head dims] product tile one program of four warps holds at once (more
 # spills registers on sm_90: ptxas -v on the compiled kernel); larger GQA groups take eight warps.
 _TILE_ELEMENTS = 4096
+# Warps per program by the elements of a K tile. On an H100 (benchmarks/gpu_decode_kernel.py, 2026-11-27) Whisper
+# large-v3's cross attention (128 sequences x 20 heads x 1,500 tokens, 32 x 64 tiles) took 456 us with 2 warps,
+# 551 with 4 and 607 with 8.
+_WARPS_BY_ELEMENTS = ((2048, 2), (4096, 4))
 _MAX_TILE = 32
 
 
@@ -70,7 +74,7 @@ def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_c
     if tile is None:
         tile = token_tile(_TILE_ELEMENTS // (group_pad * head_pad), largest=_MAX_TILE)
     if num_warps is None:
-        num_warps = 4 if group_pad * head_pad * tile <= _TILE_ELEMENTS else 8
+        num_warps = _default_warps(group_pad * head_pad * tile)
     capacity = block_tables.shape[1] * block_size
     if num_splits is None:
         num_splits = choose_splits(num_seqs * num_kv_heads, capacity, tile, query.device)
@@ -91,6 +95,10 @@ def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_c
     if split:
         combine_partials(partials, out)
     return out
+
+
+def _default_warps(tile_elements: int) -> int:
+    return next((warps for limit, warps in _WARPS_BY_ELEMENTS if tile_elements <= limit), 8)
 
 
 def _paged_decode_kernel(out_ptr, ws_ptr, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, bias_ptr, positions_ptr,

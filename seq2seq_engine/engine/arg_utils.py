@@ -6,7 +6,8 @@ from typing import Any, Optional
 
 from seq2seq_engine.config import CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig, model_config_from_hf
 from seq2seq_engine.models.int8 import int8_unsupported_reason
-from seq2seq_engine.platforms.cpu_memory import DEFAULT_MAX_BATCHED_TOKENS, cpu_max_batched_tokens
+from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens
+from seq2seq_engine.platforms.cuda import CUDA_MAX_BATCHED_TOKENS
 
 
 @dataclasses.dataclass
@@ -50,11 +51,12 @@ class EngineArgs:
                 raise ValueError(reason)
         # By default one step can hold the longest possible prefill (encoder + decoder prompt); on the CPU the
         # budget also keeps a step's activations small enough for malloc to reuse
-        # (seq2seq_engine/platforms/cpu_memory.py).
+        # (seq2seq_engine/platforms/cpu_memory.py); on a GPU it is larger, so that a batch's encoders run in a few
+        # wide steps instead of many eager ones (decisions §5).
         longest_prefill = max_model_len + max_encoder_len
         max_batched = self.max_num_batched_tokens or (
             cpu_max_batched_tokens(hf_config, longest_prefill) if device_config.resolved == "cpu"
-            else max(DEFAULT_MAX_BATCHED_TOKENS, longest_prefill))
+            else max(CUDA_MAX_BATCHED_TOKENS, longest_prefill))
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,

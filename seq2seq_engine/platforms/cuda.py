@@ -12,6 +12,9 @@ PREFILL_XFORMERS = "xformers"
 PREFILL_SDPA = "sdpa"
 PAGED_TRITON = "triton"
 PAGED_TORCH = "torch"
+# The default token budget of a step on a GPU (encoder tokens included): about 21 Whisper windows or 64 documents of
+# 512 tokens; the activations of such a step are a few hundred MB for Whisper large-v3 and BART-large.
+CUDA_MAX_BATCHED_TOKENS = 32768
 
 # (works, what was found or why not)
 Probe = Tuple[bool, str]

@@ -10,6 +10,7 @@ from transformers import BartConfig, LlamaConfig, WhisperConfig
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.platforms.cpu_memory import (DEFAULT_MAX_BATCHED_TOKENS, MALLOC_ENV, MMAP_THRESHOLD_MAX,
                                                  cpu_max_batched_tokens, widest_activation)
+from seq2seq_engine.platforms.cuda import CUDA_MAX_BATCHED_TOKENS
 
 CONFIGS = {
     "bart-base": BartConfig(d_model=768, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
@@ -47,6 +48,8 @@ def test_engine_args_default_budget_depends_on_the_device(tmp_path):
     explicit = EngineArgs(model=str(tmp_path), device="cpu", skip_tokenizer_init=True,
                           max_num_batched_tokens=5000).create_engine_config(config)
     assert explicit.scheduler_config.max_num_batched_tokens == 5000
+    gpu = EngineArgs(model=str(tmp_path), device="cuda", skip_tokenizer_init=True).create_engine_config(config)
+    assert gpu.scheduler_config.max_num_batched_tokens == max(CUDA_MAX_BATCHED_TOKENS, longest) == 32768
 
 
 _PROBE = """
