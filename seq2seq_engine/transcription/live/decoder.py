@@ -1,0 +1,62 @@
+"""The engine requests of a live transcription: Whisper prompts (language, prompt text) and greedy parameters,
+built by the same DecodePlan the file transcription uses, and the text of a finished decode."""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import numpy as np
+
+from seq2seq_engine.transcription.decode_params import DecodePlan
+from seq2seq_engine.transcription.live.decode_request import DecodeRequest
+from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
+from seq2seq_engine.transcription.windows import features_for
+
+
+class LiveDecoder:
+    """Builds each decode of a live turn from an LLMEngine-like object (model_config, tokenizer, device): the
+    features of the samples, the prompt `[<|startofprev|> prompt text] <|startoftranscript|> [language, task]
+    <|notimestamps|>`, and temperature-0 greedy parameters with the model's suppress lists (as `transcribe` with
+    temperature=0.0 decodes a window)."""
+
+    def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
+        self.engine, self.tokens = engine, tokens
+        self.plan = DecodePlan(engine, tokens, TranscriptionOptions(temperature=0.0, use_tqdm=False))
+
+    @classmethod
+    def for_engine(cls, engine: Any) -> "LiveDecoder":
+        """ValueError when the engine's model takes no audio (or has no Whisper tokenizer)."""
+        return cls(engine, whisper_tokens_for(engine))
+
+    @property
+    def needs_language(self) -> bool:
+        """A multilingual model's prompt names a language; English-only models need none."""
+        return self.tokens.is_multilingual
+
+    def check_language(self, language: Optional[str]) -> Optional[str]:
+        """The language code of `language` (ValueError naming the languages the model knows)."""
+        if language is None:
+            if self.needs_language:
+                raise ValueError("language is required for live transcription with a multilingual model "
+                                 "(e.g. 'en'): there is no detection pass per turn")
+            return None
+        return self.tokens.language_code(language)
+
+    def prompt_tokens(self, prompt_text: Optional[str]) -> List[int]:
+        """The token ids of `prompt_text` as the text before the window (openai-whisper's `initial_prompt` rule)."""
+        text = (prompt_text or "").strip()
+        return list(self.engine.tokenizer.encode(" " + text, add_special_tokens=False)) if text else []
+
+    def request(self, request_id: str, samples: np.ndarray, language: Optional[str],
+                prompt_text: Optional[str]) -> DecodeRequest:
+        """The greedy decode of `samples` (float32 16 kHz, at most one 30 s window) as an engine request."""
+        window = self.plan.prompt(language, False, self.prompt_tokens(prompt_text))
+        params, _ = self.plan.params(window, 0.0, 0)
+        prompt = {"prompt_token_ids": window.token_ids,
+                  "multi_modal_data": {"input_features": features_for(self.engine, samples)}}
+        return DecodeRequest(request_id, prompt, params)
+
+    def text(self, token_ids: List[int]) -> str:
+        """The text of a decode's output tokens (special and timestamp tokens left out), whitespace collapsed."""
+        text_ids = [int(t) for t in token_ids if self.tokens.is_text(int(t))]
+        return " ".join(self.engine.tokenizer.decode(text_ids, skip_special_tokens=True).split()) if text_ids else ""
