@@ -2,15 +2,25 @@
 built by the same DecodePlan the file transcription uses, and the text of a finished decode."""
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, List, Optional
 
 import numpy as np
 
+from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.transcription.decode_params import DecodePlan
+from seq2seq_engine.transcription.fallback import compression_ratio
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
 from seq2seq_engine.transcription.windows import features_for
+
+# An interim decode gets at most 16 + 12 tokens per second of its audio (speech runs at 3-6 tokens a second): a
+# decode of a turn cut mid-word that falls into a repetition loop ends early instead of running to 224 tokens.
+INTERIM_TOKENS_BASE, INTERIM_TOKENS_PER_SECOND = 16, 12
+# An interim hypothesis more repetitive than this (gzip compression ratio, Whisper's fallback rule) is not used.
+INTERIM_MAX_COMPRESSION = 2.4
 
 
 class LiveDecoder:
@@ -47,11 +57,15 @@ class LiveDecoder:
         text = (prompt_text or "").strip()
         return list(self.engine.tokenizer.encode(" " + text, add_special_tokens=False)) if text else []
 
-    def request(self, request_id: str, samples: np.ndarray, language: Optional[str],
-                prompt_text: Optional[str]) -> DecodeRequest:
-        """The greedy decode of `samples` (float32 16 kHz, at most one 30 s window) as an engine request."""
+    def request(self, request_id: str, samples: np.ndarray, language: Optional[str], prompt_text: Optional[str],
+                interim: bool = False) -> DecodeRequest:
+        """The greedy decode of `samples` (float32 16 kHz, at most one 30 s window) as an engine request; an
+        `interim` one has fewer new tokens (INTERIM_TOKENS_BASE + INTERIM_TOKENS_PER_SECOND per second)."""
         window = self.plan.prompt(language, False, self.prompt_tokens(prompt_text))
         params, _ = self.plan.params(window, 0.0, 0)
+        if interim:
+            cap = INTERIM_TOKENS_BASE + math.ceil(INTERIM_TOKENS_PER_SECOND * len(samples) / SAMPLE_RATE)
+            params = dataclasses.replace(params, max_tokens=min(params.max_tokens, cap))
         prompt = {"prompt_token_ids": window.token_ids,
                   "multi_modal_data": {"input_features": features_for(self.engine, samples)}}
         return DecodeRequest(request_id, prompt, params)
@@ -60,3 +74,8 @@ class LiveDecoder:
         """The text of a decode's output tokens (special and timestamp tokens left out), whitespace collapsed."""
         text_ids = [int(t) for t in token_ids if self.tokens.is_text(int(t))]
         return " ".join(self.engine.tokenizer.decode(text_ids, skip_special_tokens=True).split()) if text_ids else ""
+
+    @staticmethod
+    def usable_interim(text: str) -> bool:
+        """Whether an interim decode's text may be a hypothesis: not a repetition loop."""
+        return compression_ratio(text) <= INTERIM_MAX_COMPRESSION

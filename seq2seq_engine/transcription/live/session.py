@@ -1,95 +1,252 @@
 """A live transcription, sans-IO: audio in, events and engine requests out; its owner runs the engine."""
 from __future__ import annotations
 
-import dataclasses
-from typing import List, Optional
+import itertools
+import uuid
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.transcription.live.audio_buffer import AudioBuffer, check_samples
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.live.decoder import LiveDecoder
-from seq2seq_engine.transcription.live.events import LiveEvent
+from seq2seq_engine.transcription.live.events import (Cleared, Committed, Completed, Delta, LiveEvent, SpeechStarted,
+                                                      SpeechStopped)
+from seq2seq_engine.transcription.live.options import LiveOptions, TurnDetection
+from seq2seq_engine.transcription.live.turn import Turn
 from seq2seq_engine.transcription.live.vad_stream import StreamingVad
 
 __all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession"]
 
-
-@dataclasses.dataclass(frozen=True)
-class TurnDetection:
-    """Server VAD: speech starts at a frame whose probability is >= threshold (the item's audio begins
-    prefix_padding_ms before it) and stops after silence_duration_ms of frames below it."""
-
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.threshold, (int, float)) or not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold must be a number in (0, 1), got {self.threshold!r}")
-        for name, limit in (("prefix_padding_ms", 10_000), ("silence_duration_ms", 10_000)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-                raise ValueError(f"{name} must be an integer in [0, {limit}], got {value!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class LiveOptions:
-    """language (None: the model's own for English-only models), prompt (text the turns are conditioned on),
-    turn_detection (None: only commit() ends a turn), interim_interval_s (audio between interim decodes),
-    max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early)."""
-
-    language: Optional[str] = None
-    prompt: Optional[str] = None
-    turn_detection: Optional[TurnDetection] = TurnDetection()
-    interim_interval_s: float = 1.0
-    max_buffered_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):
-            raise ValueError(f"language must be None or a non-empty string, got {self.language!r}")
-        if self.prompt is not None and not isinstance(self.prompt, str):
-            raise ValueError(f"prompt must be None or a string, got {type(self.prompt).__name__}")
-        if self.turn_detection is not None and not isinstance(self.turn_detection, TurnDetection):
-            raise ValueError(f"turn_detection must be None or a TurnDetection, got {self.turn_detection!r}")
-        if not isinstance(self.interim_interval_s, (int, float)) or not 0.1 <= self.interim_interval_s <= 30.0:
-            raise ValueError(f"interim_interval_s must be in [0.1, 30], got {self.interim_interval_s!r}")
-        if not isinstance(self.max_buffered_s, (int, float)) or not 1.0 <= self.max_buffered_s <= 3600.0:
-            raise ValueError(f"max_buffered_s must be in [1, 3600], got {self.max_buffered_s!r}")
+WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next
+MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # commit() of less than 100 ms of audio is refused (as OpenAI's)
+SILENCE_MARGIN = 0.15  # a silence starts below threshold - 0.15 and continues below threshold (Silero's rule)
+INTERIM, PART = "interim", "part"
 
 
 class LiveSession:
     """One live transcription. Sans-IO: it never touches the engine; `take_requests` hands out the decodes to run
-    and `on_output` takes their tokens back. Every method returns the events it caused, in order."""
+    and `on_output` takes their tokens back. Every method returns the events it caused, in order.
+
+    A turn's audio is decoded again every `interim_interval_s` of new audio while it is spoken (one interim decode
+    in flight at most: a tick that finds one still running is skipped); the words two consecutive decodes agree on
+    go out as Deltas (LocalAgreement-2). At the end of the turn one final decode of its audio gives Completed's
+    transcript, and a last Delta carries the words of it beyond the deltas sent. Should the final decode change a
+    word an earlier Delta carried, the Deltas stay as sent (nothing is retracted), no last Delta follows, and
+    Completed's transcript is the final decode's text: a client shows the deltas while the turn is spoken and
+    replaces them with the transcript on Completed. A turn longer than 30 s rolls over: its first 30 s are decoded
+    as a final part of their own, and the next window is decoded with that text as its prompt; the transcript joins
+    the parts. Completed events come in the order the turns were committed. `max_buffered_s` bounds the audio held:
+    a turn whose uncommitted audio grows beyond it is committed early (SpeechStopped and Committed at that point,
+    and with server VAD still hearing speech a new turn starts right after). With turn_detection None a turn is all
+    audio appended since the last commit; it has no interim decodes (its item exists from the commit on).
+    """
 
     def __init__(self, options: LiveOptions, decoder: LiveDecoder, vad: Optional[StreamingVad] = None,
                  session_id: Optional[str] = None) -> None:
-        raise NotImplementedError
+        if not isinstance(options, LiveOptions):
+            raise TypeError(f"options must be a LiveOptions, got {type(options).__name__}")
+        self.options, self.decoder = options, decoder
+        self.language = decoder.check_language(options.language)
+        if options.turn_detection is not None and vad is None:
+            vad = StreamingVad()
+        self.vad = vad if options.turn_detection is not None else None
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self._audio = AudioBuffer()
+        self._turns: List[Turn] = []  # committed turns not completed yet, then the turn being spoken
+        self._current: Optional[Turn] = None
+        self._last_item: Optional[str] = None
+        self._queue: List[DecodeRequest] = []
+        self._pending: Dict[str, Tuple[Turn, str, int]] = {}  # request id -> (turn, INTERIM or PART, part index)
+        self._submitted: set = set()
+        self._interim: Optional[str] = None
+        self._ids = itertools.count()
 
+    # ------------------------------------------------------------------ audio in
     def append(self, samples: np.ndarray) -> List[LiveEvent]:
         """Take float32 16 kHz mono samples: VAD, turn detection, interim decodes and 30 s rollovers."""
-        raise NotImplementedError
+        samples = check_samples(samples)
+        events: List[LiveEvent] = []
+        if self.vad is None and self._current is None and len(samples):
+            self._current = self._open(self._audio.end)
+        self._audio.append(samples)
+        if self.vad is None:
+            if self._current is not None:
+                self._roll(self._current, self._audio.end)
+        else:
+            first = self.vad.frames_done
+            for k, prob in enumerate(self.vad.feed(samples), start=first):
+                events += self._on_frame(float(prob), (k + 1) * StreamingVad.frame_samples)
+            if self._current is None:
+                pad = self.options.turn_detection.prefix_padding_ms * SAMPLE_RATE // 1000
+                self._audio.drop_before(self.vad.frames_done * StreamingVad.frame_samples - pad)
+        if self._current is not None and self.buffered_seconds > self.options.max_buffered_s:
+            if self.vad is not None:
+                events.append(SpeechStopped(self._current.item_id, _ms(self._audio.end)))
+            events += self._commit(self._current, self._audio.end)
+        return events
 
     def commit(self) -> List[LiveEvent]:
-        """End the turn now (the client's commit): Committed, and its final decode is queued."""
-        raise NotImplementedError
+        """End the turn now (the client's commit): Committed, and its final decode is queued. ValueError when less
+        than 100 ms of audio is uncommitted (with server VAD: when no speech was heard since the last turn)."""
+        turn = self._current
+        held = 0 if turn is None else self._audio.end - turn.start
+        if held < MIN_COMMIT_SAMPLES:
+            raise ValueError(f"the input audio buffer holds {held * 1000 // SAMPLE_RATE} ms of uncommitted audio; "
+                             f"a commit needs at least {MIN_COMMIT_SAMPLES * 1000 // SAMPLE_RATE} ms")
+        return self._commit(turn, self._audio.end)
 
     def clear(self) -> List[LiveEvent]:
-        """Drop the uncommitted audio (the turn being spoken, with its interim decodes): Cleared."""
-        raise NotImplementedError
+        """Drop the uncommitted audio (the turn being spoken, its parts and interim decodes): Cleared. The VAD's
+        state goes on (the stream continues); the next speech starts a new turn."""
+        turn = self._current
+        if turn is not None:
+            turn.dropped = True
+            self._turns.remove(turn)
+            dropped = {rid for rid, (owner, _, _) in self._pending.items() if owner is turn}
+            self._queue = [r for r in self._queue if r.request_id not in dropped]
+            for rid in dropped - self._submitted:
+                self._forget(rid)
+            self._current = None
+        self._audio.drop_before(self._audio.end)
+        return [Cleared()] + self._flush()
 
+    # ------------------------------------------------------------------ the owner's side
     def take_requests(self) -> List[DecodeRequest]:
         """The decodes to submit to the engine now (each once); they count as pending until on_output."""
-        raise NotImplementedError
+        out, self._queue = self._queue, []
+        self._submitted.update(r.request_id for r in out)
+        return out
 
     def on_output(self, request_id: str, token_ids: List[int]) -> List[LiveEvent]:
-        """A submitted decode finished with `token_ids`: Deltas, and Completed for a turn whose last decode it was."""
-        raise NotImplementedError
+        """A submitted decode finished with `token_ids`: Deltas, and Completed for a turn whose last decode it was.
+        ValueError for a request id this transcription did not hand out or that finished already."""
+        if request_id not in self._submitted:
+            raise ValueError(f"request_id {request_id!r} is not a pending request of this live transcription")
+        turn, kind, index = self._pending[request_id]
+        self._forget(request_id)
+        if turn.dropped:
+            return []
+        text = self.decoder.text(token_ids)
+        if kind == INTERIM:
+            if turn is not self._current or index != len(turn.parts) or not self.decoder.usable_interim(text):
+                return []  # the turn ended or rolled over since (its final parts decide), or a repetition loop
+            words = " ".join(turn.text_before() + [text]).split()
+            return self._deltas(turn, turn.agreement.insert(words))
+        turn.parts[index] = text
+        self._start_waiting(turn)
+        if turn.committed or self.vad is None:  # without VAD the item exists from its commit on
+            return self._flush()
+        return self._deltas(turn, turn.agreement.confirm(turn.words))
 
     def pending_request_ids(self) -> List[str]:
         """Requests handed out by take_requests and not finished: what to abort when the stream closes."""
-        raise NotImplementedError
+        return sorted(self._submitted)
 
     @property
     def buffered_seconds(self) -> float:
-        """Seconds of audio the transcription holds (the uncommitted turn and the prefix padding)."""
-        raise NotImplementedError
+        """Seconds of audio the transcription holds: the uncommitted turn's current part (or the prefix padding
+        between turns) and the parts waiting for the text before them."""
+        waiting = sum(turn.waiting_samples for turn in self._turns)
+        return (len(self._audio) + waiting) / SAMPLE_RATE
+
+    # ------------------------------------------------------------------ turns
+    def _open(self, start: int) -> Turn:
+        turn = Turn(start=start)
+        self._turns.append(turn)
+        return turn
+
+    def _on_frame(self, prob: float, end: int) -> List[LiveEvent]:
+        """Turn detection at one VAD frame ending at sample `end`."""
+        detection = self.options.turn_detection
+        turn = self._current
+        if turn is None:
+            if prob < detection.threshold:
+                return []
+            pad = detection.prefix_padding_ms * SAMPLE_RATE // 1000
+            self._current = turn = self._open(max(self._audio.start, end - StreamingVad.frame_samples - pad))
+            return [SpeechStarted(turn.item_id, _ms(turn.start))]
+        if prob >= detection.threshold:
+            turn.silence_frames, turn.speech_in_part = 0, True
+        elif prob < detection.threshold - SILENCE_MARGIN or turn.silence_frames:
+            turn.silence_frames += 1
+        silence_ms = turn.silence_frames * StreamingVad.frame_samples * 1000 // SAMPLE_RATE
+        if turn.silence_frames and silence_ms >= detection.silence_duration_ms:
+            return [SpeechStopped(turn.item_id, _ms(end))] + self._commit(turn, end)
+        self._roll(turn, end)
+        if end - turn.interim_mark >= self.options.interim_interval_s * SAMPLE_RATE:
+            turn.interim_mark = end
+            if self._interim is None and not turn.waiting and turn.parts_known():
+                prompt = self._prompt_text(turn, len(turn.parts))
+                self._interim = self._request(turn, INTERIM, len(turn.parts),
+                                              self._audio.slice(turn.part_start, end), prompt)
+        return []
+
+    def _roll(self, turn: Turn, upto: int) -> None:
+        """Cut the turn's audio before `upto` into final 30 s parts, as long as whole windows of it are held."""
+        while upto - turn.part_start >= WINDOW_SAMPLES:
+            cut = turn.part_start + WINDOW_SAMPLES
+            self._add_part(turn, self._audio.slice(turn.part_start, cut), decode=True)
+            turn.part_start = cut
+            self._audio.drop_before(cut)
+
+    def _commit(self, turn: Turn, end: int) -> List[LiveEvent]:
+        """The turn's audio ends at `end`: its last part is decoded (not when the VAD heard no speech in it)."""
+        self._roll(turn, end)
+        samples = self._audio.slice(turn.part_start, end)
+        self._add_part(turn, samples, decode=len(samples) > 0 and (self.vad is None or turn.speech_in_part))
+        turn.committed, turn.end = True, end
+        self._audio.drop_before(end)
+        self._current = None
+        previous, self._last_item = self._last_item, turn.item_id
+        return [Committed(turn.item_id, previous)] + self._flush()
+
+    def _add_part(self, turn: Turn, samples: np.ndarray, decode: bool) -> None:
+        turn.parts.append(None if decode else "")
+        if decode:
+            turn.waiting.append((len(turn.parts) - 1, samples))
+            self._start_waiting(turn)
+        turn.speech_in_part = self.vad is None or turn.silence_frames == 0
+
+    def _start_waiting(self, turn: Turn) -> None:
+        """Queue the final decode of each waiting part whose prompt (the text of the parts before it) is known."""
+        while turn.waiting and turn.parts_known(turn.waiting[0][0]):
+            index, samples = turn.waiting.pop(0)
+            self._request(turn, PART, index, samples, self._prompt_text(turn, index))
+
+    def _prompt_text(self, turn: Turn, index: int) -> Optional[str]:
+        texts = ([self.options.prompt] if self.options.prompt else []) + turn.text_before(index)
+        return " ".join(texts) or None
+
+    def _request(self, turn: Turn, kind: str, index: int, samples: np.ndarray, prompt: Optional[str]) -> str:
+        request_id = f"live-{self.session_id}-{next(self._ids)}"
+        self._queue.append(self.decoder.request(request_id, samples, self.language, prompt, interim=kind == INTERIM))
+        self._pending[request_id] = (turn, kind, index)
+        return request_id
+
+    def _forget(self, request_id: str) -> None:
+        self._pending.pop(request_id, None)
+        self._submitted.discard(request_id)
+        if self._interim == request_id:
+            self._interim = None
+
+    # ------------------------------------------------------------------ events out
+    def _flush(self) -> List[LiveEvent]:
+        """Completed for each finished turn at the front of the committed ones (in commit order), each after the
+        Delta of its words beyond the deltas sent."""
+        events: List[LiveEvent] = []
+        while self._turns and self._turns[0].done:
+            turn = self._turns.pop(0)
+            events += self._deltas(turn, turn.agreement.confirm(turn.words))
+            audio_seconds = (turn.end - turn.start) / SAMPLE_RATE
+            events.append(Completed(turn.item_id, " ".join(turn.words), audio_seconds))
+        return events
+
+    @staticmethod
+    def _deltas(turn: Turn, new: List[str]) -> List[LiveEvent]:
+        return [Delta(turn.item_id, turn.agreement.delta_text(new))] if new else []
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // SAMPLE_RATE

@@ -1,0 +1,58 @@
+"""The samples a live transcription still holds, addressed by their index in the stream (a growable array)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class AudioBuffer:
+    """Samples `start`..`end` - 1 of a stream (indices count from its first sample): appended at the end, dropped
+    from the front; amortised O(1) appends (the array doubles when full)."""
+
+    def __init__(self) -> None:
+        self._data = np.zeros(16000, dtype=np.float32)
+        self.start = 0
+        self._length = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self._length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def append(self, samples: np.ndarray) -> None:
+        need = self._length + len(samples)
+        if need > len(self._data):
+            grown = np.zeros(max(need, 2 * len(self._data)), dtype=np.float32)
+            grown[:self._length] = self._data[:self._length]
+            self._data = grown
+        self._data[self._length:need] = samples
+        self._length = need
+
+    def slice(self, first: int, last: int) -> np.ndarray:
+        """A copy of samples first..last - 1 (clamped to what is held)."""
+        first, last = max(first, self.start), min(last, self.end)
+        return self._data[first - self.start:max(last, first) - self.start].copy()
+
+    def drop_before(self, index: int) -> None:
+        """Forget the samples before `index` (all of them when it lies beyond the end: the next sample appended
+        is then sample `index`)."""
+        if index <= self.start:
+            return
+        if index >= self.end:
+            self.start, self._length = index, 0
+            return
+        cut = index - self.start
+        self._data[:self._length - cut] = self._data[cut:self._length]
+        self.start, self._length = index, self._length - cut
+
+
+def check_samples(samples: np.ndarray) -> np.ndarray:
+    """`samples` as float32 mono; TypeError/ValueError naming what is wrong."""
+    if not isinstance(samples, np.ndarray):
+        raise TypeError(f"samples must be a numpy array, got {type(samples).__name__}")
+    if samples.ndim != 1:
+        raise ValueError(f"samples must be 1-D mono audio, got shape {tuple(samples.shape)}")
+    if samples.dtype.kind != "f":
+        raise TypeError(f"samples must be float audio in [-1, 1], got dtype {samples.dtype}")
+    return samples.astype(np.float32, copy=False)

@@ -1,0 +1,48 @@
+"""The settings of a live transcription: turn detection (server VAD) and the options of the whole stream."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnDetection:
+    """Server VAD: speech starts at a frame whose probability is >= threshold (the item's audio begins
+    prefix_padding_ms before it) and stops after silence_duration_ms of frames below it."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.threshold, (int, float)) or not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be a number in (0, 1), got {self.threshold!r}")
+        for name, limit in (("prefix_padding_ms", 10_000), ("silence_duration_ms", 10_000)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+                raise ValueError(f"{name} must be an integer in [0, {limit}], got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveOptions:
+    """language (None: the model's own for English-only models), prompt (text the turns are conditioned on),
+    turn_detection (None: only commit() ends a turn), interim_interval_s (audio between interim decodes),
+    max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early)."""
+
+    language: Optional[str] = None
+    prompt: Optional[str] = None
+    turn_detection: Optional[TurnDetection] = TurnDetection()
+    interim_interval_s: float = 1.0
+    max_buffered_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):
+            raise ValueError(f"language must be None or a non-empty string, got {self.language!r}")
+        if self.prompt is not None and not isinstance(self.prompt, str):
+            raise ValueError(f"prompt must be None or a string, got {type(self.prompt).__name__}")
+        if self.turn_detection is not None and not isinstance(self.turn_detection, TurnDetection):
+            raise ValueError(f"turn_detection must be None or a TurnDetection, got {self.turn_detection!r}")
+        if not isinstance(self.interim_interval_s, (int, float)) or not 0.1 <= self.interim_interval_s <= 30.0:
+            raise ValueError(f"interim_interval_s must be in [0.1, 30], got {self.interim_interval_s!r}")
+        if not isinstance(self.max_buffered_s, (int, float)) or not 1.0 <= self.max_buffered_s <= 3600.0:
+            raise ValueError(f"max_buffered_s must be in [1, 3600], got {self.max_buffered_s!r}")
