@@ -158,8 +158,10 @@ class LLMEngine:
         return self.scheduler.get_num_unfinished_seq_groups()
 
     # ----------------------------------------------------------------- the loop
-    def step(self) -> List[RequestOutput]:
-        """Schedule, move cache blocks, run the model, apply the samples; outputs of the scheduled requests."""
+    def step(self, finished_only: bool = False) -> List[RequestOutput]:
+        """Schedule, move cache blocks, run the model, apply the samples; outputs of the scheduled requests (with
+        `finished_only`, of those that finished this step, refused or failed ones included: all an offline caller
+        reads, without building an output per running request per step)."""
         metadata_list, scheduler_outputs = self.scheduler.schedule()
         self.cache_engine.swap_out(scheduler_outputs.blocks_to_swap_out)
         self.cache_engine.swap_in(scheduler_outputs.blocks_to_swap_in)
@@ -177,7 +179,10 @@ class LLMEngine:
             logger.warning("request %s ignored: %s", group.request_id, group.ignored_reason)
             self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
         groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + scheduler_outputs.ignored_seq_groups
-        return [RequestOutput.from_seq_group(group) for group in groups + failed_groups]
+        groups += failed_groups
+        if finished_only:
+            groups = [group for group in groups if group.is_finished()]
+        return [RequestOutput.from_seq_group(group) for group in groups]
 
     def _drop_failed(self, scheduler_outputs: SchedulerOutputs, failed: Dict[str, str]):
         """(the step's outputs without the failed requests, those requests): each aborted, its blocks returned,

@@ -46,7 +46,7 @@ def stream_in_order(engine: Any, requests: Iterable[Tuple[Any, Any]], max_in_fli
                     break
                 _admit(engine, prefix, item, in_flight, ready, on_finished)
             if in_flight:
-                for output in engine.step():
+                for output in engine.step(finished_only=True):
                     if output.finished and output.request_id in in_flight:
                         ready[in_flight.pop(output.request_id)] = output
                         if on_finished:

@@ -92,7 +92,7 @@ class LLM:
         progress = tqdm(total=len(request_ids), desc="Processed prompts", unit="req", disable=not use_tqdm)
         try:
             while self.llm_engine.has_unfinished_requests():
-                for output in self.llm_engine.step():
+                for output in self.llm_engine.step(finished_only=True):
                     if output.finished and output.request_id not in finished:
                         finished[output.request_id] = output
                         progress.update(1)

@@ -119,7 +119,7 @@ class _OneAStepEngine:
         self.queued.append(request_id)
         self.max_seen = max(self.max_seen, len(self.queued))
 
-    def step(self):
+    def step(self, finished_only=False):
         if not self.queued:
             return []
         return [_Output(self.queued.pop(-1 if self.newest_first else 0), True)]
