@@ -62,3 +62,16 @@ def test_random_hypotheses_never_retract_and_deltas_concatenate_to_the_emitted_t
         # every emitted word was in the same place in two consecutive hypotheses
         for index, word in enumerate(agreement.emitted):
             assert any(len(common_prefix(a, b)) > index and a[index] == word for a, b in zip(texts, texts[1:]))
+
+
+def test_holds_while_the_latest_hypothesis_starts_with_the_emitted_words_up_to_case_and_punctuation():
+    agreement = LocalAgreement()
+    assert not agreement.holds()
+    feed(agreement, ["The Quick Brown", "The Quick Brown Fox"])
+    assert agreement.holds()
+    agreement.insert("the quick, brown fox jumps".split())
+    assert agreement.holds()
+    agreement.insert("1-2-3 the quick brown".split())
+    assert not agreement.holds()
+    agreement.insert("The".split())
+    assert not agreement.holds()  # shorter than the emitted words

@@ -33,11 +33,12 @@ class TextDecoder:
     def check_language(self, language):
         return language
 
-    def request(self, request_id, samples, language, prompt_text, interim=False):
-        return DecodeRequest(request_id, {"samples": samples, "prompt_text": prompt_text, "interim": interim}, None)
+    def request(self, request_id, samples, language, prompt_text, interim=False, prefix_text=None):
+        prompt = {"samples": samples, "prompt_text": prompt_text, "interim": interim, "prefix_text": prefix_text}
+        return DecodeRequest(request_id, prompt, None)
 
-    def text(self, token_ids):
-        return bytes(token_ids).decode()
+    def text(self, token_ids, prefix_text=None):
+        return " ".join(filter(None, [prefix_text, bytes(token_ids).decode()]))
 
     def usable_interim(self, text):
         return True
@@ -103,15 +104,22 @@ def test_interim_decodes_one_at_a_time_and_deltas_agree_and_prefix_the_transcrip
     events = feed(session, audio, 1.0, start=4.3)
     assert [type(e) for e in events] == [SpeechStopped, Committed]
     [final] = session.take_requests()
-    assert not final.prompt["interim"]
+    assert not final.prompt["interim"] and final.prompt["prefix_text"] == "the cat"  # it continues the deltas
     assert answer(session, third, "the cat sat on") == []  # the turn is committed: its final decode decides
-    events = answer(session, final, "the cat sat on the mat.")
+    events = answer(session, final, "sat on the mat.")
     assert [e.text for e in events[:-1]] == [" sat on the mat."]
     assert events[-1].transcript == "the cat sat on the mat."
 
 
-def test_a_final_decode_that_disagrees_keeps_the_deltas_and_completes_with_its_own_text(audio):
-    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), ScriptedVad(frames((0.9, 3.1))))
+class RetokenizingDecoder(TextDecoder):
+    """The final text does not start with the forced prefix (as when a tokenizer splits its words differently)."""
+
+    def text(self, token_ids, prefix_text=None):
+        return bytes(token_ids).decode()
+
+
+def test_a_final_text_that_disagrees_keeps_the_deltas_and_completes_with_its_own_text(audio):
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), RetokenizingDecoder(), ScriptedVad(frames((0.9, 3.1))))
     feed(session, audio, 1.1)
     answer(session, session.take_requests()[0], "the cap")
     feed(session, audio, 1.0, start=1.1)
@@ -120,6 +128,7 @@ def test_a_final_decode_that_disagrees_keeps_the_deltas_and_completes_with_its_o
     session.take_requests()
     [committed] = session.commit()
     [final] = session.take_requests()
+    assert final.prompt["prefix_text"] == "the cap"
     assert answer(session, final, "the cat sat.") == [Completed(committed.item_id, "the cat sat.", 3.6)]
 
 
@@ -157,6 +166,7 @@ def test_a_long_turn_rolls_over_with_the_first_window_as_prompt(audio):
     feed(session, audio, 65.0, chunk=16000)
     part_one, = session.take_requests()  # the second window waits for the first one's text
     np.testing.assert_array_equal(part_one.prompt["samples"], audio[:30 * SR])
+    assert part_one.prompt["prefix_text"] is None  # no delta was sent
     assert part_one.prompt["prompt_text"] == "Glossary."
     assert session.buffered_seconds == pytest.approx(35.0)
     answer(session, part_one, "first part.")

@@ -2,7 +2,14 @@
 and what was emitted is never taken back."""
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Sequence
+
+_NOT_A_LETTER = re.compile(r"[^\w']+")
+
+
+def _plain(word: str) -> str:
+    return _NOT_A_LETTER.sub("", word.lower())
 
 
 def common_prefix(first: Sequence[str], second: Sequence[str]) -> List[str]:
@@ -53,6 +60,13 @@ class LocalAgreement:
         if not new:
             return ""
         return ("" if len(self.emitted) == len(new) else " ") + " ".join(new)
+
+    def holds(self) -> bool:
+        """Whether the latest hypothesis still starts with the emitted words, up to case and punctuation (a decode
+        forced to start with them then says the same words)."""
+        if self._previous is None or len(self._previous) < len(self.emitted):
+            return False
+        return all(_plain(a) == _plain(b) for a, b in zip(self._previous, self.emitted))
 
     @property
     def text(self) -> str:

@@ -9,10 +9,11 @@ from typing import Any, List, Optional
 import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
-from seq2seq_engine.transcription.decode_params import DecodePlan
+from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt
 from seq2seq_engine.transcription.fallback import compression_ratio
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.processors import SuppressTokensAtBegin
 from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
 from seq2seq_engine.transcription.windows import features_for
 
@@ -58,20 +59,31 @@ class LiveDecoder:
         return list(self.engine.tokenizer.encode(" " + text, add_special_tokens=False)) if text else []
 
     def request(self, request_id: str, samples: np.ndarray, language: Optional[str], prompt_text: Optional[str],
-                interim: bool = False) -> DecodeRequest:
-        """The greedy decode of `samples` (float32 16 kHz, at most one 30 s window) as an engine request; an
-        `interim` one has fewer new tokens (INTERIM_TOKENS_BASE + INTERIM_TOKENS_PER_SECOND per second)."""
-        window = self.plan.prompt(language, False, self.prompt_tokens(prompt_text))
-        params, _ = self.plan.params(window, 0.0, 0)
+                interim: bool = False, prefix_text: Optional[str] = None) -> DecodeRequest:
+        """The greedy decode of `samples` (float32 16 kHz, at most one 30 s window) as an engine request. An
+        `interim` one has fewer new tokens (INTERIM_TOKENS_BASE + INTERIM_TOKENS_PER_SECOND per second);
+        `prefix_text` is forced as the start of the transcript (the output continues it: `text(ids, prefix_text)`),
+        and then the end of text may come first (no blank or end-of-text suppression at the first new token)."""
+        prefix = self.prompt_tokens(prefix_text)[:self.tokens.prompt_cut_off]
+        token_ids = self.tokens.prompt(language, previous_tokens=self.prompt_tokens(prompt_text),
+                                       prefix_tokens=prefix)
+        params, _ = self.plan.params(WindowPrompt(token_ids, prefix), 0.0, 0)
+        changes = {}
         if interim:
             cap = INTERIM_TOKENS_BASE + math.ceil(INTERIM_TOKENS_PER_SECOND * len(samples) / SAMPLE_RATE)
-            params = dataclasses.replace(params, max_tokens=min(params.max_tokens, cap))
-        prompt = {"prompt_token_ids": window.token_ids,
+            changes["max_tokens"] = min(params.max_tokens, cap)
+        if prefix:
+            changes["logits_processors"] = [p for p in params.logits_processors
+                                            if not isinstance(p, SuppressTokensAtBegin)]
+        params = dataclasses.replace(params, **changes) if changes else params
+        prompt = {"prompt_token_ids": token_ids,
                   "multi_modal_data": {"input_features": features_for(self.engine, samples)}}
         return DecodeRequest(request_id, prompt, params)
 
-    def text(self, token_ids: List[int]) -> str:
-        """The text of a decode's output tokens (special and timestamp tokens left out), whitespace collapsed."""
+    def text(self, token_ids: List[int], prefix_text: Optional[str] = None) -> str:
+        """The text of a decode's output tokens (special and timestamp tokens left out), whitespace collapsed;
+        after the forced `prefix_text` of its request."""
+        token_ids = self.prompt_tokens(prefix_text)[:self.tokens.prompt_cut_off] + list(token_ids)
         text_ids = [int(t) for t in token_ids if self.tokens.is_text(int(t))]
         return " ".join(self.engine.tokenizer.decode(text_ids, skip_special_tokens=True).split()) if text_ids else ""
 

@@ -31,16 +31,20 @@ class LiveSession:
 
     A turn's audio is decoded again every `interim_interval_s` of new audio while it is spoken (one interim decode
     in flight at most: a tick that finds one still running is skipped); the words two consecutive decodes agree on
-    go out as Deltas (LocalAgreement-2). At the end of the turn one final decode of its audio gives Completed's
-    transcript, and a last Delta carries the words of it beyond the deltas sent. Should the final decode change a
-    word an earlier Delta carried, the Deltas stay as sent (nothing is retracted), no last Delta follows, and
-    Completed's transcript is the final decode's text: a client shows the deltas while the turn is spoken and
-    replaces them with the transcript on Completed. A turn longer than 30 s rolls over: its first 30 s are decoded
-    as a final part of their own, and the next window is decoded with that text as its prompt; the transcript joins
-    the parts. Completed events come in the order the turns were committed. `max_buffered_s` bounds the audio held:
-    a turn whose uncommitted audio grows beyond it is committed early (SpeechStopped and Committed at that point,
-    and with server VAD still hearing speech a new turn starts right after). With turn_detection None a turn is all
-    audio appended since the last commit; it has no interim decodes (its item exists from the commit on).
+    go out as Deltas (LocalAgreement-2). At the end of the turn one final decode of its audio completes them: while
+    the latest interim decode still starts with the text the deltas carried, that text is forced as the start of
+    the final transcript (Whisper's prefix), so Completed's transcript starts with the deltas and a last Delta
+    carries the rest. Otherwise (no delta sent, or the decodes have moved away from it since: forcing a stale text
+    derails Whisper) the final decode is the plain greedy decode of the turn, as `transcribe` with temperature 0
+    decodes it; should its text not start with the deltas, the deltas stay as sent (nothing is retracted), no last
+    Delta follows, and the transcript is the final text: a client shows the deltas while the turn is spoken and
+    replaces them with the transcript on Completed. A turn longer than 30 s rolls over: its first
+    30 s are decoded as a final part of their own, and the next window is decoded with that text as its prompt; the
+    transcript joins the parts. Completed events come in the order the turns were committed. `max_buffered_s`
+    bounds the audio held: a turn whose uncommitted audio grows beyond it is committed early (SpeechStopped and
+    Committed at that point, and with server VAD still hearing speech a new turn starts right after). With
+    turn_detection None a turn is all audio appended since the last commit; it has no interim decodes (its item
+    exists from the commit on).
     """
 
     def __init__(self, options: LiveOptions, decoder: LiveDecoder, vad: Optional[StreamingVad] = None,
@@ -58,7 +62,8 @@ class LiveSession:
         self._current: Optional[Turn] = None
         self._last_item: Optional[str] = None
         self._queue: List[DecodeRequest] = []
-        self._pending: Dict[str, Tuple[Turn, str, int]] = {}  # request id -> (turn, INTERIM or PART, part index)
+        # request id -> (turn, INTERIM or PART, part index, the text forced as the start of a part's transcript)
+        self._pending: Dict[str, Tuple[Turn, str, int, Optional[str]]] = {}
         self._submitted: set = set()
         self._interim: Optional[str] = None
         self._ids = itertools.count()
@@ -104,7 +109,7 @@ class LiveSession:
         if turn is not None:
             turn.dropped = True
             self._turns.remove(turn)
-            dropped = {rid for rid, (owner, _, _) in self._pending.items() if owner is turn}
+            dropped = {rid for rid, entry in self._pending.items() if entry[0] is turn}
             self._queue = [r for r in self._queue if r.request_id not in dropped]
             for rid in dropped - self._submitted:
                 self._forget(rid)
@@ -114,7 +119,8 @@ class LiveSession:
 
     # ------------------------------------------------------------------ the owner's side
     def take_requests(self) -> List[DecodeRequest]:
-        """The decodes to submit to the engine now (each once); they count as pending until on_output."""
+        """The decodes to submit to the engine now (each once); they count as pending until on_output. Call it
+        after append, commit and on_output alike: a finished window queues the next window of its turn."""
         out, self._queue = self._queue, []
         self._submitted.update(r.request_id for r in out)
         return out
@@ -124,11 +130,11 @@ class LiveSession:
         ValueError for a request id this transcription did not hand out or that finished already."""
         if request_id not in self._submitted:
             raise ValueError(f"request_id {request_id!r} is not a pending request of this live transcription")
-        turn, kind, index = self._pending[request_id]
+        turn, kind, index, prefix = self._pending[request_id]
         self._forget(request_id)
         if turn.dropped:
             return []
-        text = self.decoder.text(token_ids)
+        text = self.decoder.text(token_ids, prefix) if prefix else self.decoder.text(token_ids)
         if kind == INTERIM:
             if turn is not self._current or index != len(turn.parts) or not self.decoder.usable_interim(text):
                 return []  # the turn ended or rolled over since (its final parts decide), or a repetition loop
@@ -213,16 +219,22 @@ class LiveSession:
         """Queue the final decode of each waiting part whose prompt (the text of the parts before it) is known."""
         while turn.waiting and turn.parts_known(turn.waiting[0][0]):
             index, samples = turn.waiting.pop(0)
-            self._request(turn, PART, index, samples, self._prompt_text(turn, index))
+            before = " ".join(turn.text_before(index)).split()
+            sent = turn.agreement.emitted
+            agreed = sent[:len(before)] == before and turn.agreement.holds()
+            prefix = " ".join(sent[len(before):]) if agreed else ""
+            self._request(turn, PART, index, samples, self._prompt_text(turn, index), prefix or None)
 
     def _prompt_text(self, turn: Turn, index: int) -> Optional[str]:
         texts = ([self.options.prompt] if self.options.prompt else []) + turn.text_before(index)
         return " ".join(texts) or None
 
-    def _request(self, turn: Turn, kind: str, index: int, samples: np.ndarray, prompt: Optional[str]) -> str:
+    def _request(self, turn: Turn, kind: str, index: int, samples: np.ndarray, prompt: Optional[str],
+                 prefix: Optional[str] = None) -> str:
         request_id = f"live-{self.session_id}-{next(self._ids)}"
-        self._queue.append(self.decoder.request(request_id, samples, self.language, prompt, interim=kind == INTERIM))
-        self._pending[request_id] = (turn, kind, index)
+        extra = {"interim": True} if kind == INTERIM else ({"prefix_text": prefix} if prefix else {})
+        self._queue.append(self.decoder.request(request_id, samples, self.language, prompt, **extra))
+        self._pending[request_id] = (turn, kind, index, prefix)
         return request_id
 
     def _forget(self, request_id: str) -> None:
