@@ -12,6 +12,7 @@ from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyL
 from seq2seq_engine.entrypoints.openai.params import check_text_size
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
+from seq2seq_engine.entrypoints.openai.realtime import add_realtime_route
 from seq2seq_engine.entrypoints.openai.state import ServedModels
 
 
@@ -24,6 +25,7 @@ def build_app(models: ServedModels) -> FastAPI:
     _info_routes(app, models)
     _token_routes(app, models)
     _generation_routes(app, models)
+    add_realtime_route(app, models)
     return app
 
 

@@ -1,5 +1,6 @@
 """Prometheus metrics of the server (GET /metrics): queue sizes and KV-cache use read from the engine after each
-step, token and audio counters, and time-to-first-token / inter-token / end-to-end latency histograms."""
+step, token and audio counters, realtime transcription sessions, turns and audio seconds, and time-to-first-token /
+inter-token / end-to-end latency histograms."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,13 +45,19 @@ class MetricFamilies:
         self.itl = make(Histogram, "inter_token_latency_seconds", "Time between tokens of a request",
                         buckets=_TOKEN_BUCKETS)
         self.e2e = make(Histogram, "e2e_request_latency_seconds", "Arrival to last token", buckets=_LATENCY_BUCKETS)
+        self.realtime_open = make(Gauge, "realtime_sessions", "Realtime transcription sessions open now")
+        self.realtime_sessions = make(Counter, "realtime_sessions_opened", "Realtime transcription sessions opened")
+        self.realtime_turns = make(Counter, "realtime_turns", "Turns completed by realtime transcription sessions")
+        self.realtime_audio_seconds = make(Counter, "realtime_audio_seconds",
+                                           "Seconds of audio received by realtime transcription sessions")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 _FAMILY_NAMES = ("running", "waiting", "swapped", "kv_usage", "free_blocks", "total_blocks", "preemptions",
-                 "prompt_tokens", "generation_tokens", "audio_seconds", "requests", "ttft", "itl", "e2e")
+                 "prompt_tokens", "generation_tokens", "audio_seconds", "requests", "ttft", "itl", "e2e",
+                 "realtime_open", "realtime_sessions", "realtime_turns", "realtime_audio_seconds")
 
 
 class ServerMetrics:
@@ -96,6 +103,22 @@ class ServerMetrics:
 
     def audio_done(self, seconds: float) -> None:
         self.audio_seconds.inc(max(0.0, seconds))
+
+    # ---------------------------------------------------------------- called on the event loop (realtime sockets)
+    def realtime_opened(self) -> None:
+        self.realtime_open.inc()
+        self.realtime_sessions.inc()
+
+    def realtime_closed(self) -> None:
+        self.realtime_open.dec()
+
+    def realtime_audio(self, seconds: float) -> None:
+        self.realtime_audio_seconds.inc(max(0.0, seconds))
+
+    def realtime_turn(self, audio_seconds: float) -> None:
+        """A completed turn: counted, and its audio counted as transcribed."""
+        self.realtime_turns.inc()
+        self.audio_seconds.inc(max(0.0, audio_seconds))
 
     def engine_state(self, engine: Any) -> None:
         scheduler = engine.scheduler

@@ -1,5 +1,6 @@
 """`seq2seq-engine serve MODEL [MODEL ...] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25]
-[--max-audio-seconds 10800] [engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving").
+[--max-audio-seconds 10800] [--max-realtime-sessions 64] [engine flags]`: the OpenAI-compatible HTTP server
+(endpoints: README "Serving").
 Several models share one server, one address and the process's cores; requests pick theirs by `model`."""
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--max-audio-seconds", type=float, default=3 * 3600.0,
                         help="longest audio an upload may hold once decoded (default 10800: 3 hours; inf: no limit); "
                              "longer uploads get a 413 before they are transcribed")
+    parser.add_argument("--max-realtime-sessions", type=int, default=64,
+                        help="most /v1/realtime transcription sessions open at once, all models together (default "
+                             "64); one more gets an error event and is closed (1013: try again later)")
     engine = parser.add_argument_group("engine")
     add_precision_arguments(engine)
     engine.add_argument("--seed", type=int, default=0)
@@ -78,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         names = served_names(args)
         settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
-                                  args.max_audio_seconds)
+                                  args.max_audio_seconds, args.max_realtime_sessions)
         engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
                    for name, model in zip(names, args.model)}
     except (ValueError, TypeError, FileNotFoundError) as error:

@@ -18,6 +18,7 @@ class ServerSettings:
     api_key: Optional[str] = None
     max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own audio upload limit
     max_audio_seconds: float = 3 * 3600.0  # of decoded audio per upload (decisions §73); inf: none
+    max_realtime_sessions: int = 64  # open /v1/realtime sockets, all models together
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -26,6 +27,9 @@ class ServerSettings:
             raise ValueError(f"max_upload_bytes must be >= 1, got {self.max_upload_bytes}")
         if math.isnan(self.max_audio_seconds) or self.max_audio_seconds <= 0:
             raise ValueError(f"max_audio_seconds must be > 0 (inf: no limit), got {self.max_audio_seconds}")
+        if isinstance(self.max_realtime_sessions, bool) or not isinstance(self.max_realtime_sessions, int) or \
+                self.max_realtime_sessions < 0:
+            raise ValueError(f"max_realtime_sessions must be an integer >= 0, got {self.max_realtime_sessions!r}")
 
 
 @dataclasses.dataclass(frozen=True)
