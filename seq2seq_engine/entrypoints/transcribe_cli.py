@@ -2,7 +2,7 @@
 [--[no-]timestamps] [--temperature 0,0.2,0.4] [--initial-prompt TEXT] [--clip-timestamps 0,30] [--vad-filter
 [--vad-threshold 0.5 ...]] [--[no-]word-timestamps] [--output-format txt|json|srt|vtt [--max-line-width N]
 [--max-line-count N] [--max-words-per-line N] [--highlight-words]] [--output-dir OUT [--overwrite]]
-[--ray [ADDRESS] --num-replicas N --cpus-per-replica C]`.
+[--ray [ADDRESS] --num-replicas N --cpus-per-replica C]`; `seq2seq-engine transcribe - --live [--sample-rate 16000]`.
 
 AUDIO is any file FFmpeg decodes (wav, flac, mp3, m4a/aac, ogg/opus, webm, mp4/mkv video's audio, ...); a DIR
 contributes its audio files by extension (AUDIO_EXTENSIONS in audio_files.py; subfolders too with --recursive).
@@ -16,7 +16,8 @@ characters (the --max-line-* flags); for them --word-timestamps is on unless --[
 --[no-]word-timestamps is given (--timestamps alone is faster, its cues less well placed). Failures are reported
 on stderr at the end; the exit status is 1 when any input failed (the others are still written), 2 for a usage or
 model error. With --ray the files are transcribed on a Ray cluster, one engine
-per replica (ray_cli.py); the outputs are the same.
+per replica (ray_cli.py); the outputs are the same. With --live, raw s16le mono audio is read from stdin as it
+arrives and each turn's text is printed on its own line once final (live_cli.py).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple,
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
 from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
+from seq2seq_engine.entrypoints.live_cli import add_live_arguments, check_live_arguments, run_live
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_subtitle_arguments,
                                                          add_vad_arguments, add_word_arguments, options_from_args,
@@ -84,6 +86,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     add_word_arguments(parser)
     add_subtitle_arguments(parser)
     add_ray_arguments(parser, DEFAULT_BATCH_SIZE["transcribe"])
+    add_live_arguments(parser)
     return parser
 
 
@@ -126,6 +129,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
     """Run the `transcribe` command for parsed arguments; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
+    if args.live:
+        return _run_live(args, out, err)
     try:
         options = options_from_args(args)  # checked before any file is looked at or the model loaded
         subtitles = subtitle_options(args)
@@ -158,6 +163,15 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         return _usage_error(err, str(error))
     report_failures(writer.failures, len(jobs), err)
     return EXIT_FAILED_INPUTS if writer.failures else EXIT_OK
+
+
+def _run_live(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        check_live_arguments(args)
+        run_live(args, engine_kwargs(args), out)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        return _usage_error(err, str(error))
+    return EXIT_OK
 
 
 def _usage_error(err: TextIO, message: str) -> int:

@@ -31,11 +31,13 @@ def decode_pcm16(data: bytes, sample_rate: int) -> np.ndarray:
 
 
 class Pcm16Stream:
-    """decode_pcm16 for consecutive chunks of one stream: a 24 kHz stream goes through one soxr stream resampler,
-    so the output equals resampling the whole stream (up to the resampler's delay, flushed by `finish`)."""
+    """decode_pcm16 for consecutive chunks of one stream, at any rate from 8 to 192 kHz: a rate other than 16 kHz
+    goes through one soxr stream resampler, so the output equals resampling the whole stream (up to the
+    resampler's delay, flushed by `finish`)."""
 
     def __init__(self, sample_rate: int) -> None:
-        _check_rate(sample_rate)
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
+            raise ValueError(f"sample_rate must be an integer from 8000 to 192000 Hz, got {sample_rate!r}")
         self.sample_rate = sample_rate
         self._resampler = None
         if sample_rate != SAMPLE_RATE:
