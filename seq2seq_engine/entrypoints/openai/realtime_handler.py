@@ -89,9 +89,12 @@ class RealtimeTranscription:
     async def _update(self, event: ClientEvent) -> None:
         config = apply_update(self.config, event)
         state = self._state_for(config, event)
-        if config != self.config or self.live is None:
-            live_now = await self._build(config, state, event.event_id)
-            self.config, self._state, self.live = config, state, live_now
+        if self.live is None or dataclasses.replace(config, rate=0) != dataclasses.replace(self.config, rate=0):
+            # A new transcription: audio not committed yet is dropped; decodes in flight still complete.
+            self.live = await self._build(config, state, event.event_id)
+        elif config.rate != self.config.rate:
+            self.live.stream = Pcm16Stream(config.rate)
+        self.config, self._state = config, state
         session = session_json(self.config, self.id, state.model_name)
         await self.send(server_event("session.updated", session=session))
 

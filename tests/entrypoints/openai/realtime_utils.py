@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from typing import Any, Dict, List, Optional
 
+import httpx
 import numpy as np
 from conftest import require_speech_clips
 
@@ -74,3 +76,11 @@ def transcription_update(rate: int = 16000, turn_detection: Any = "server_vad", 
     return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
         "format": {"type": "audio/pcm", "rate": rate}, "transcription": transcription,
         "turn_detection": detection}}}}
+
+
+def metric(server: Any, name: str, model: str) -> float:
+    """One series of the server's /metrics."""
+    text = httpx.get(f"{server.url}/metrics").text
+    found = re.search(rf'^seq2seq_engine:{name}{{model_name="{model}"}} (\S+)$', text, re.M)
+    assert found, f"no metric {name} for {model}"
+    return float(found.group(1))

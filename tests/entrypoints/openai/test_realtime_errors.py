@@ -4,14 +4,12 @@ model without audio and one session over the limit get an error event and a clos
 gets an error event naming its field while the session goes on; /metrics counts the sessions."""
 import base64
 import json
-import re
 import time
 
-import httpx
 import numpy as np
 import pytest
 from conftest import require_model
-from realtime_utils import API_KEY, connect, recv, send, transcription_update
+from realtime_utils import API_KEY, connect, metric, recv, send, transcription_update
 from server_utils import build_engine, running_models
 
 websockets = pytest.importorskip("websockets")
@@ -105,9 +103,7 @@ def test_each_bad_event_gets_an_error_and_the_session_goes_on(server):
 
 
 def _metric(server, name):
-    text = httpx.get(f"{server.url}/metrics").text
-    found = re.search(rf'^seq2seq_engine:{name}{{model_name="{AUDIO}"}} (\S+)$', text, re.M)
-    return float(found.group(1))
+    return metric(server, name, AUDIO)
 
 
 def test_sessions_over_the_limit_are_refused_and_counted(server):

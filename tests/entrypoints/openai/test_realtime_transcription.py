@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 from conftest import require_model
-from realtime_utils import (API_KEY, chunks, clip_path, connect, pause, pcm16, recv, recv_until, send, speech,
+from realtime_utils import (API_KEY, chunks, clip_path, connect, metric, pause, pcm16, recv, recv_until, send, speech,
                             transcription_update)
 from server_utils import SMALL_POOLS, build_engine, running_server, wait_until_idle
 
@@ -106,6 +106,7 @@ def _with_defaults(server):
 
 
 def test_two_sessions_at_once_give_llm_transcribes_text(server, expected):
+    before = {name: metric(server, name, MODEL) for name in ("realtime_turns_total", "realtime_audio_seconds_total")}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(_with_openai_client, server), pool.submit(_with_defaults, server)]
         results = [run.result(timeout=300) for run in runs]
@@ -114,6 +115,10 @@ def test_two_sessions_at_once_give_llm_transcribes_text(server, expected):
         _check_turns(events, expected)
     state = wait_until_idle(server)
     assert state["free"] == state["total"] and state["cross_tables"] == 0
+    assert metric(server, "realtime_turns_total", MODEL) == before["realtime_turns_total"] + 2 * len(CLIPS)
+    streamed = 2 * len(pcm16(_turns_audio(1), 24000)) / 2 / 24000
+    assert metric(server, "realtime_audio_seconds_total", MODEL) == pytest.approx(
+        before["realtime_audio_seconds_total"] + streamed)
 
 
 def test_client_commits_without_turn_detection(server, expected, texts):
