@@ -45,10 +45,12 @@ def collect(engine, session, events):
         engine.add_request(request.request_id, request.prompt, request.params)
 
 
-def stream(llm, audio, options, seed=0):
+def stream(llm, audio, options, seed=0, out=None):
     """All events of `audio` fed in 20-100 ms chunks, one engine step per chunk, then the engine run dry."""
     engine = llm.llm_engine
     session = LiveSession(options, LiveDecoder.for_engine(engine))
+    if out is not None:
+        out.append(session)
     rng, events, pos = np.random.default_rng(seed), [], 0
     while pos < len(audio):
         size = int(rng.integers(20, 101)) * SR // 1000
@@ -127,3 +129,22 @@ def test_a_turn_longer_than_a_window_rolls_over_and_keeps_its_words(tiny_llm):
     # both cut the turn at 30 s; the second window's prompt is the first one's text here, its tokens there
     assert jiwer.wer(" ".join(words(expected.text)), " ".join(words(transcript))) <= 0.1
     assert len(words(transcript)) >= 60
+
+
+def test_a_multilingual_model_without_a_language_detects_it_on_the_first_speech():
+    from conftest import require_model
+
+    from seq2seq_engine import LLM
+    llm = LLM(require_model("whisper-base"), kv_cache_space_gb=0.2, swap_space_gb=0.01)
+    audio = np.concatenate([pause(0.8, 5), clip("quick_brown_fox.wav"), pause(1.0, 6)]).astype(np.float32)
+    sessions = []
+    events = stream(llm, audio, LiveOptions(interim_interval_s=1.0), out=sessions)
+    assert sessions[0].language == "en"
+    [(own, sent, transcript)] = check_items(events)
+    started, stopped = own[0], next(e for e in own if isinstance(e, SpeechStopped))
+    span = audio[started.audio_start_ms * SR // 1000:stopped.audio_end_ms * SR // 1000]
+    [expected] = llm.transcribe([span], temperature=0.0, use_tqdm=False)
+    assert expected.language == "en"
+    assert jiwer.wer(" ".join(words(expected.text)), " ".join(words(transcript))) <= WER
+    engine = llm.llm_engine
+    assert engine.scheduler.block_manager.get_num_free_gpu_blocks() == engine.cache_config.num_gpu_blocks

@@ -30,6 +30,8 @@ class ScriptedVad:
 class TextDecoder:
     """Requests carry their samples and prompt; the test answers each with the text it wants (tokens = bytes)."""
 
+    needs_language = False
+
     def check_language(self, language):
         return language
 
@@ -42,6 +44,22 @@ class TextDecoder:
 
     def usable_interim(self, text):
         return True
+
+
+class DetectingDecoder(TextDecoder):
+    """A multilingual model: a detection request is answered with one token, the language's letters' sum."""
+
+    needs_language = True
+
+    def detection_request(self, request_id, samples):
+        return DecodeRequest(request_id, {"samples": samples, "detect": True}, None)
+
+    def language_of(self, token_ids):
+        return {sum(b"de"): "de"}[token_ids[0]]
+
+    def request(self, request_id, samples, language, prompt_text, interim=False, prefix_text=None):
+        assert language == "de"
+        return super().request(request_id, samples, language, prompt_text, interim, prefix_text)
 
 
 def answer(session, request, text):
@@ -216,3 +234,21 @@ def test_samples_are_checked(audio):
         session.append(audio[:100].reshape(2, 50))
     with pytest.raises(TypeError, match="float"):
         session.append(np.ones(10, dtype=np.int16))
+
+
+def test_without_a_language_a_multilingual_model_detects_it_once_and_holds_the_decodes_until_then(audio):
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), DetectingDecoder(), ScriptedVad(frames((0.9, 2.2))))
+    feed(session, audio, 1.1)
+    [detection] = session.take_requests()
+    assert detection.prompt["detect"] and len(detection.prompt["samples"]) >= SR
+    events = feed(session, audio, 1.8, start=1.1)  # no interim decode before the language is known
+    assert [type(e) for e in events] == [SpeechStopped, Committed] and session.take_requests() == []
+    assert session.buffered_seconds >= 2.5  # the held decode's audio
+    assert session.on_output(detection.request_id, [sum(b"de")]) == []
+    assert session.language == "de"
+    [final] = session.take_requests()
+    assert len(final.prompt["samples"]) > 2.5 * SR
+    np.testing.assert_array_equal(final.prompt["samples"], audio[:len(final.prompt["samples"])])
+    assert answer(session, final, "Hallo Welt.")[-1].transcript == "Hallo Welt."
+    feed(session, audio, 1.5, start=2.9)
+    assert session.take_requests() == []  # silence: nothing, and no second detection

@@ -11,6 +11,7 @@ import numpy as np
 from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt
 from seq2seq_engine.transcription.fallback import compression_ratio
+from seq2seq_engine.transcription.language import detection_params, detection_prompt
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.processors import SuppressTokensAtBegin
@@ -45,13 +46,21 @@ class LiveDecoder:
         return self.tokens.is_multilingual
 
     def check_language(self, language: Optional[str]) -> Optional[str]:
-        """The language code of `language` (ValueError naming the languages the model knows)."""
-        if language is None:
-            if self.needs_language:
-                raise ValueError("language is required for live transcription with a multilingual model "
-                                 "(e.g. 'en'): there is no detection pass per turn")
-            return None
-        return self.tokens.language_code(language)
+        """The language code of `language` (ValueError naming the languages the model knows); None stays None
+        (a multilingual model's language is then detected: `detection_request`)."""
+        return None if language is None else self.tokens.language_code(language)
+
+    def detection_request(self, request_id: str, samples: np.ndarray) -> DecodeRequest:
+        """The one-token request naming the language spoken in `samples` (read it with `language_of`)."""
+        features = features_for(self.engine, samples)
+        return DecodeRequest(request_id, detection_prompt(self.tokens, features), detection_params(self.tokens))
+
+    def language_of(self, token_ids: List[int]) -> str:
+        """The language code a finished detection request names; ValueError when it names none."""
+        by_id = {token: code for code, token in self.tokens.language_ids.items()}
+        if not token_ids or int(token_ids[0]) not in by_id:
+            raise ValueError(f"language detection produced no language token: {list(token_ids)[:1]}")
+        return by_id[int(token_ids[0])]
 
     def prompt_tokens(self, prompt_text: Optional[str]) -> List[int]:
         """The token ids of `prompt_text` as the text before the window (openai-whisper's `initial_prompt` rule)."""

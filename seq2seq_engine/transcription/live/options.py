@@ -25,7 +25,8 @@ class TurnDetection:
 
 @dataclasses.dataclass(frozen=True)
 class LiveOptions:
-    """language (None: the model's own for English-only models), prompt (text the turns are conditioned on),
+    """language (None: English for English-only models; a multilingual model's is detected once, on the first
+    speech decoded, and kept for the whole stream), prompt (text the turns are conditioned on),
     turn_detection (None: only commit() ends a turn), interim_interval_s (audio between interim decodes),
     max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early)."""
 

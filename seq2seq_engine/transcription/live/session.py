@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -22,7 +22,7 @@ __all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession"]
 WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next
 MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # commit() of less than 100 ms of audio is refused (as OpenAI's)
 SILENCE_MARGIN = 0.15  # a silence starts below threshold - 0.15 and continues below threshold (Silero's rule)
-INTERIM, PART = "interim", "part"
+INTERIM, PART, DETECT = "interim", "part", "language"
 
 
 class LiveSession:
@@ -62,8 +62,11 @@ class LiveSession:
         self._current: Optional[Turn] = None
         self._last_item: Optional[str] = None
         self._queue: List[DecodeRequest] = []
-        # request id -> (turn, INTERIM or PART, part index, the text forced as the start of a part's transcript)
-        self._pending: Dict[str, Tuple[Turn, str, int, Optional[str]]] = {}
+        # request id -> (turn, INTERIM, PART or DETECT, part index, the text forced as the start of a part's text)
+        self._pending: Dict[str, Tuple[Any, str, int, Optional[str]]] = {}
+        # without a language on a multilingual model: the detection request, and the part decodes held until then
+        self._detecting: Optional[str] = None
+        self._held: List[Tuple[Turn, int, np.ndarray, Optional[str], Optional[str]]] = []
         self._submitted: set = set()
         self._interim: Optional[str] = None
         self._ids = itertools.count()
@@ -132,6 +135,8 @@ class LiveSession:
             raise ValueError(f"request_id {request_id!r} is not a pending request of this live transcription")
         turn, kind, index, prefix = self._pending[request_id]
         self._forget(request_id)
+        if kind == DETECT:
+            return self._on_language(token_ids)
         if turn.dropped:
             return []
         text = self.decoder.text(token_ids, prefix) if prefix else self.decoder.text(token_ids)
@@ -154,7 +159,7 @@ class LiveSession:
     def buffered_seconds(self) -> float:
         """Seconds of audio the transcription holds: the uncommitted turn's current part (or the prefix padding
         between turns) and the parts waiting for the text before them."""
-        waiting = sum(turn.waiting_samples for turn in self._turns)
+        waiting = sum(turn.waiting_samples for turn in self._turns) + sum(len(held[2]) for held in self._held)
         return (len(self._audio) + waiting) / SAMPLE_RATE
 
     # ------------------------------------------------------------------ turns
@@ -230,12 +235,29 @@ class LiveSession:
         return " ".join(texts) or None
 
     def _request(self, turn: Turn, kind: str, index: int, samples: np.ndarray, prompt: Optional[str],
-                 prefix: Optional[str] = None) -> str:
+                 prefix: Optional[str] = None) -> Optional[str]:
+        """Queue a decode (None: an interim decode that waits for the language is not made at all)."""
         request_id = f"live-{self.session_id}-{next(self._ids)}"
+        if self.language is None and self.decoder.needs_language:
+            if self._detecting is None:  # detected once, on the first speech decoded
+                self._detecting = request_id
+                self._queue.append(self.decoder.detection_request(request_id, samples))
+                self._pending[request_id] = (None, DETECT, 0, None)
+            if kind == PART:
+                self._held.append((turn, index, samples, prompt, prefix))
+            return None
         extra = {"interim": True} if kind == INTERIM else ({"prefix_text": prefix} if prefix else {})
         self._queue.append(self.decoder.request(request_id, samples, self.language, prompt, **extra))
         self._pending[request_id] = (turn, kind, index, prefix)
         return request_id
+
+    def _on_language(self, token_ids: List[int]) -> List[LiveEvent]:
+        self.language, self._detecting = self.decoder.language_of(token_ids), None
+        held, self._held = self._held, []
+        for turn, index, samples, prompt, prefix in held:
+            if not turn.dropped:
+                self._request(turn, PART, index, samples, prompt, prefix)
+        return []
 
     def _forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
