@@ -252,3 +252,15 @@ def test_without_a_language_a_multilingual_model_detects_it_once_and_holds_the_d
     assert answer(session, final, "Hallo Welt.")[-1].transcript == "Hallo Welt."
     feed(session, audio, 1.5, start=2.9)
     assert session.take_requests() == []  # silence: nothing, and no second detection
+
+
+def test_decodes_of_a_cleared_turn_stay_pending_for_abort_and_their_outputs_change_nothing(audio):
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), ScriptedVad(frames((0.9, 5.0))))
+    started = feed(session, audio, 1.1)[0]
+    [interim] = session.take_requests()
+    assert session.clear() == [Cleared()]
+    assert session.pending_request_ids() == [interim.request_id]  # the owner aborts it, or lets it finish
+    assert answer(session, interim, "words") == [] and session.pending_request_ids() == []
+    events = feed(session, audio, 0.5, start=1.1)
+    assert isinstance(events[0], SpeechStarted) and events[0].item_id != started.item_id
+    assert events[0].audio_start_ms == 1100  # the cleared audio is gone: no padding from before the clear
