@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import re
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from starlette.concurrency import run_in_threadpool
@@ -201,11 +202,11 @@ def _code_of(event: ClientEvent) -> str:
 
 
 def _param_of(message: str) -> Optional[str]:
-    """The session field a LiveOptions / LiveDecoder error names."""
-    head = message.split(" ", 1)[0].strip(":,")
+    """The session field a LiveOptions / LiveDecoder error names (the first one its message mentions)."""
     fields = {"language": "session.audio.input.transcription.language",
               "prompt": "session.audio.input.transcription.prompt",
               "threshold": "session.audio.input.turn_detection.threshold",
               "prefix_padding_ms": "session.audio.input.turn_detection.prefix_padding_ms",
               "silence_duration_ms": "session.audio.input.turn_detection.silence_duration_ms"}
-    return fields.get(head)
+    words = re.findall(r"\w+", message)
+    return next((fields[word] for word in words if word in fields), None)

@@ -79,6 +79,9 @@ def _bad_events():
          "invalid_value", "session.audio.input.turn_detection.type"),
         (transcription_update(model="gpt-4o-transcribe"), "model_not_found",
          "session.audio.input.transcription.model"),
+        (transcription_update(language="fr"), "invalid_value", "session.audio.input.transcription.language"),
+        ({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(24000 * 2 * 61)).decode()},
+         "invalid_value", "audio"),  # one append of more than the 60 s a session holds
     ]
 
 
