@@ -4,6 +4,7 @@ sessions at once; each turn's transcript matches `llm.transcribe` of its clip an
 client that drops mid-turn has its decodes aborted and leaves every block free, and the server goes on."""
 import concurrent.futures
 import re
+import socket
 import threading
 import time
 
@@ -146,7 +147,8 @@ def test_client_commits_without_turn_detection(server, expected, texts):
     assert committed[1]["previous_item_id"] == committed[0]["item_id"]
 
 
-def test_a_client_that_drops_mid_turn_frees_its_blocks(server, expected, monkeypatch):
+@pytest.mark.parametrize("abrupt", [False, True], ids=["close-frame", "tcp-drop"])
+def test_a_client_that_drops_mid_turn_frees_its_blocks(server, expected, monkeypatch, abrupt):
     loop = server.state.loop
     aborted = []
     real_abort = loop.abort
@@ -161,6 +163,8 @@ def test_a_client_that_drops_mid_turn_frees_its_blocks(server, expected, monkeyp
         held = loop.call(lambda engine: gate.wait(60))  # the engine takes no step until the client has gone
         send(ws, {"type": "input_audio_buffer.commit"})
         assert recv(ws)["type"] == "input_audio_buffer.committed"  # its final decode waits in the engine's inbox
+        if abrupt:  # no close frame: the connection just ends
+            ws.socket.shutdown(socket.SHUT_RDWR)
     deadline = time.monotonic() + 30
     while not aborted and time.monotonic() < deadline:
         time.sleep(0.02)
