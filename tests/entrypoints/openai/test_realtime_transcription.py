@@ -1,7 +1,8 @@
 """Live transcription over /v1/realtime on a real server (Whisper tiny.en): real speech streamed in 100 ms chunks,
 faster than real time, through the official openai client's `client.realtime.connect` and plain `websockets`, two
-sessions at once; each turn's transcript matches `llm.transcribe` of its clip and its deltas are a prefix of it; a
-client that drops mid-turn has its decodes aborted and leaves every block free, and the server goes on."""
+sessions at once (their decodes in the same engine steps); each turn's transcript matches `llm.transcribe` of its
+clip and its deltas are a prefix of it; a client that drops mid-turn has its decodes aborted and leaves every block
+free, and the server goes on."""
 import concurrent.futures
 import re
 import socket
@@ -106,14 +107,23 @@ def _with_defaults(server):
     return events
 
 
-def test_two_sessions_at_once_give_llm_transcribes_text(server, expected):
+def test_two_sessions_at_once_give_llm_transcribes_text(server, expected, monkeypatch):
     before = {name: metric(server, name, MODEL) for name in ("realtime_turns_total", "realtime_audio_seconds_total")}
+    engine, batches = server.state.engine, []
+    real_step = engine.step
+
+    def step(*args, **kwargs):  # on the loop thread: the sockets whose decodes run in this step
+        batches.append({group.request_id.rsplit("-", 2)[0] for group in engine.scheduler.running})
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "step", step)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(_with_openai_client, server), pool.submit(_with_defaults, server)]
         results = [run.result(timeout=300) for run in runs]
     for events in results:
         assert not [event for event in events if event["type"] == "error"]
         _check_turns(events, expected)
+    assert any(len(sockets) == 2 for sockets in batches)  # both sockets' decodes in one step of one batch
     state = wait_until_idle(server)
     assert state["free"] == state["total"] and state["cross_tables"] == 0
     assert metric(server, "realtime_turns_total", MODEL) == before["realtime_turns_total"] + 2 * len(CLIPS)
