@@ -11,6 +11,9 @@ from seq2seq_engine.sampling_params import SamplingParams
 # SequenceData and SequenceStatus are re-exported: most callers import them from here.
 from seq2seq_engine.sequence_data import SequenceData, SequenceStage, SequenceStatus
 
+# Statuses from this one on are finished ones (SequenceStatus.is_finished), compared inline on the per-step paths.
+_FIRST_FINISHED = SequenceStatus.FINISHED_STOPPED
+
 
 class Sequence:
     """One token sequence: a decoder sequence that grows, or a request's static encoder sequence."""
@@ -61,10 +64,10 @@ class Sequence:
         self.data.append_token_id(token_id, logprobs[token_id])
 
     def is_finished(self) -> bool:
-        return SequenceStatus.is_finished(self.status)
+        return self.status >= _FIRST_FINISHED
 
     def is_prefill(self) -> bool:
-        return self.data.stage == SequenceStage.PREFILL
+        return self.data.stage is SequenceStage.PREFILL
 
     def reset_state_for_recompute(self) -> None:
         self.data.reset_state_for_recompute()
@@ -159,7 +162,7 @@ class SequenceGroup:
         return [seq for seq in self.seqs_dict.values() if seq.status == status]
 
     def get_unfinished_seqs(self) -> List[Sequence]:
-        return [seq for seq in self.seqs_dict.values() if not seq.is_finished()]
+        return [seq for seq in self.seqs_dict.values() if seq.status < _FIRST_FINISHED]
 
     def num_seqs(self, status: Optional[SequenceStatus] = None) -> int:
         return len(self.get_seqs(status))
@@ -179,11 +182,14 @@ class SequenceGroup:
         del self.seqs_dict[seq_id]
 
     def is_finished(self) -> bool:
-        return all(seq.is_finished() for seq in self.seqs_dict.values())
+        return all(seq.status >= _FIRST_FINISHED for seq in self.seqs_dict.values())
 
     def is_prefill(self) -> bool:
-        unfinished = self.get_unfinished_seqs()
-        return (unfinished[0] if unfinished else self.first_seq).is_prefill()
+        """Whether the first unfinished sequence (the first one when all are finished) is still prefilling."""
+        for seq in self.seqs_dict.values():
+            if seq.status < _FIRST_FINISHED:
+                return seq.data.stage is SequenceStage.PREFILL
+        return self.first_seq.is_prefill()
 
     def get_num_uncomputed_tokens(self) -> int:
         """Decoder tokens still to run through the model; the encoder is counted separately."""
@@ -191,7 +197,7 @@ class SequenceGroup:
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         for seq in self.seqs_dict.values():
-            if not seq.is_finished():
+            if seq.status < _FIRST_FINISHED:
                 seq.data.update_num_computed_tokens(num_new_computed_tokens)
 
     def __repr__(self) -> str:

@@ -71,9 +71,10 @@ class SequenceData:
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         self._num_computed_tokens += num_new_computed_tokens
-        if self._num_computed_tokens > self.get_len():
-            raise AssertionError(f"computed {self._num_computed_tokens} tokens of a {self.get_len()}-token sequence")
-        if self.get_num_uncomputed_tokens() == 0:
+        length = len(self.prompt_token_ids) + len(self.output_token_ids)
+        if self._num_computed_tokens > length:
+            raise AssertionError(f"computed {self._num_computed_tokens} tokens of a {length}-token sequence")
+        if self._num_computed_tokens == length:
             self.stage = SequenceStage.DECODE
 
     def reset_state_for_recompute(self) -> None:

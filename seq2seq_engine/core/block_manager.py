@@ -29,6 +29,8 @@ class BlockSpaceManager:
         self.cpu_allocator = BlockAllocator(Device.CPU, block_size, num_cpu_blocks)
         self.block_tables: Dict[int, BlockTable] = {}
         self.cross_block_tables: Dict[str, BlockTable] = {}
+        # Block numbers of each cross table, read every step; rebuilt when the request's table is replaced (swap).
+        self._cross_numbers: Dict[str, Tuple[BlockTable, List[int]]] = {}
 
     # ----------------------------------------------------------------- allocation
     def _admission_status(self, num_required_blocks: int) -> AllocStatus:
@@ -177,6 +179,7 @@ class BlockSpaceManager:
     def free_cross(self, seq_group: SequenceGroup) -> None:
         """Return a request's cross blocks; a no-op for a request that holds none."""
         table = self.cross_block_tables.pop(seq_group.request_id, None)
+        self._cross_numbers.pop(seq_group.request_id, None)
         if table is not None:
             self._free_table(table)
 
@@ -185,8 +188,15 @@ class BlockSpaceManager:
         return [block.block_number for block in self.block_tables[seq.seq_id]]
 
     def get_cross_block_table(self, seq_group: SequenceGroup) -> Optional[List[int]]:
+        """The request's cross block numbers (one list shared by every step while its table stands: read only)."""
         table = self.cross_block_tables.get(seq_group.request_id)
-        return None if table is None else [block.block_number for block in table]
+        if table is None:
+            return None
+        cached = self._cross_numbers.get(seq_group.request_id)
+        if cached is None or cached[0] is not table:
+            cached = (table, [block.block_number for block in table])
+            self._cross_numbers[seq_group.request_id] = cached
+        return cached[1]
 
     def get_num_free_gpu_blocks(self) -> int:
         return self.gpu_allocator.get_num_free_blocks()

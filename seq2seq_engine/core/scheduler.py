@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Deque, Iterable, List, Tuple, Union
+from typing import Deque, Iterable, List, Optional, Tuple, Union
 
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
@@ -70,8 +70,10 @@ class Scheduler:
 
     def free_finished_seq_groups(self) -> List[SequenceGroup]:
         """Drop finished requests from the running queue, freeing their self AND cross blocks."""
-        finished = [group for group in self.running if group.is_finished()]
-        self.running = deque(group for group in self.running if not group.is_finished())
+        finished, running = [], deque()
+        for group in self.running:
+            (finished if group.is_finished() else running).append(group)
+        self.running = running
         for group in finished:
             self._free_group(group)
         return finished
@@ -107,9 +109,10 @@ class Scheduler:
             preempted=state.num_preempted)
         return [self._make_metadata(s) for s in scheduled], outputs
 
-    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget) -> int:
+    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget,
+                        is_prefill: Optional[bool] = None) -> int:
         """Decoder tokens to run now: 1 per sequence when decoding, a (possibly chunked) prompt otherwise."""
-        if not seq_group.is_prefill():
+        if not (seq_group.is_prefill() if is_prefill is None else is_prefill):
             return seq_group.num_unfinished_seqs()
         num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
         chunkable = self.scheduler_config.enable_chunked_prefill and seq_group.encoder_len == 0
@@ -126,19 +129,23 @@ class Scheduler:
         kept: Deque[SequenceGroup] = deque()
         while self.running:
             seq_group = self.running.popleft()
-            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
-            cost = num_new_tokens + self._encoder_tokens(seq_group)
+            # Nothing below changes whether this group is prefilling: asked once, not once per helper.
+            is_prefill = seq_group.is_prefill()
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
+            cost = num_new_tokens + (seq_group.encoder_len if is_prefill else 0)
             if num_new_tokens == 0 or not state.budget.can_schedule(cost, 0):
                 kept.append(seq_group)  # Out of budget: stays running, holds its blocks, runs next step.
                 state.budget.add(0, seq_group.get_max_num_running_seqs())
                 continue
-            while not self.block_manager.can_append_slots(seq_group) and self.running:
+            fits = self.block_manager.can_append_slots(seq_group)
+            while not fits and self.running:
                 self._preempt(self.running.pop(), state)
-            if not self.block_manager.can_append_slots(seq_group):
+                fits = self.block_manager.can_append_slots(seq_group)
+            if not fits:
                 self._preempt(seq_group, state)
                 continue
-            self._append_slots(seq_group, state)
-            self._add_scheduled(seq_group, num_new_tokens, state)
+            self._append_slots(seq_group, state, is_prefill)
+            self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
             kept.append(seq_group)
         self.running = kept
 
@@ -210,19 +217,23 @@ class Scheduler:
         self._free_group(seq_group)
         state.ignored.append(seq_group)
 
-    def _append_slots(self, seq_group: SequenceGroup, state: _StepState) -> None:
-        if seq_group.is_prefill():
+    def _append_slots(self, seq_group: SequenceGroup, state: _StepState, is_prefill: Optional[bool] = None) -> None:
+        if seq_group.is_prefill() if is_prefill is None else is_prefill:
             # A prompt's blocks are all allocated at admission, shared by its sequences (n/best_of) and written
             # through the first one's table: copy-on-write now would leave the others with unwritten copies.
             return
         for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
-    def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState) -> None:
-        is_prompt = seq_group.is_prefill()
-        encoder_tokens = self._encoder_tokens(seq_group)
+    def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState,
+                       is_prompt: Optional[bool] = None) -> None:
+        if is_prompt is None:
+            is_prompt = seq_group.is_prefill()
+        encoder_tokens = seq_group.encoder_len if is_prompt else 0
         state.num_encoder_tokens += encoder_tokens
-        state.budget.add(num_new_tokens + encoder_tokens, seq_group.get_max_num_running_seqs())
+        # A decoding group runs as many sequences as it has unfinished ones (get_max_num_running_seqs).
+        num_seqs = seq_group.get_max_num_running_seqs() if is_prompt else seq_group.num_unfinished_seqs()
+        state.budget.add(num_new_tokens + encoder_tokens, num_seqs)
         chunk = num_new_tokens if is_prompt else 1
         target = state.prefills if is_prompt else state.decodes
         target.append(ScheduledSequenceGroup(seq_group, chunk, is_prompt))
@@ -260,14 +271,15 @@ class Scheduler:
         seq_group = scheduled.seq_group
         running = seq_group.get_seqs(SequenceStatus.RUNNING)
         first = running[0].data
-        completes_prompt = first.get_num_computed_tokens() + scheduled.token_chunk_size >= first.get_len()
-        has_encoder = seq_group.encoder_len > 0
+        do_sample = (not scheduled.is_prompt
+                     or first.get_num_computed_tokens() + scheduled.token_chunk_size >= first.get_len())
+        has_encoder = seq_group.encoder_seq is not None  # an encoder sequence is never empty
         return SequenceGroupMetadata(
             request_id=seq_group.request_id, is_prompt=scheduled.is_prompt,
             seq_data={seq.seq_id: seq.data for seq in running},
             sampling_params=seq_group.sampling_params,
             block_tables={seq.seq_id: self.block_manager.get_block_table(seq) for seq in running},
-            do_sample=not scheduled.is_prompt or completes_prompt,
+            do_sample=do_sample,
             token_chunk_size=scheduled.token_chunk_size,
             encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
             cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,

@@ -251,3 +251,25 @@ def test_free_unknown_seq_is_noop():
     bm.free_cross(g)
     bm.free_cross(g)
     assert bm.get_num_free_gpu_blocks() == NUM_GPU
+
+
+def test_cross_block_numbers_follow_swaps_and_reallocation():
+    bm = make_manager()
+    allocate_running(bm, make_group("front", 4, 8))  # the next tables start past GPU block 0
+    g = make_group("r", 6, 16)
+    allocate_running(bm, g)
+    on_device = bm.get_cross_block_table(g)
+    assert on_device == [b.block_number for b in bm.cross_block_tables["r"]]
+    assert bm.get_cross_block_table(g) == on_device  # read again, unchanged
+    _swap_and_check(bm, g, to_cpu=True)
+    on_cpu = bm.get_cross_block_table(g)
+    assert on_cpu == [b.block_number for b in bm.cross_block_tables["r"]] and on_cpu != on_device
+    _swap_and_check(bm, g, to_cpu=False)
+    assert bm.get_cross_block_table(g) == [b.block_number for b in bm.cross_block_tables["r"]]
+    bm.free(g.first_seq)
+    bm.free_cross(g)
+    assert bm.get_cross_block_table(g) is None
+    again = make_group("r", 6, 9)  # the same request id allocated again gets its new table's numbers
+    allocate_running(bm, again)
+    assert bm.get_cross_block_table(again) == [b.block_number for b in bm.cross_block_tables["r"]]
+    assert len(bm.get_cross_block_table(again)) == 3
