@@ -51,9 +51,11 @@ class OutputProcessor:
 
     def _append(self, seq: Sequence, params, columns: "SampledColumns", row: int) -> None:
         token_id = columns.token_ids[row]
-        has_topk = params.logprobs and columns.topk_ids is not None
-        logprobs = _logprob_entry(token_id, columns.logprobs[row], columns.topk_ids[row] if has_topk else (),
-                                  columns.topk_logprobs[row] if has_topk else (), params.logprobs or 0)
+        if params.logprobs and columns.topk_ids is not None:
+            logprobs = _logprob_entry(token_id, columns.logprobs[row], columns.topk_ids[row],
+                                      columns.topk_logprobs[row], params.logprobs)
+        else:
+            logprobs = {token_id: columns.logprobs[row]}
         seq.append_token_id(token_id, logprobs)
         new_char_count = self.detokenizer.decode_sequence_inplace(seq, params) if self.detokenizer else 0
         self.stop_checker.maybe_stop_sequence(seq, new_char_count, params)

@@ -70,19 +70,22 @@ class ModelRunner:
 
     def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> Scheduled:
         scheduled = Scheduled()
+        sync, rows, num_computed = self.input_batch.sync, scheduled.rows, scheduled.num_computed
         for group in metadata_list:
+            is_prompt = group.is_prompt
             items = list(group.seq_data.items())
+            encoder_len = group.encoder_len
             # Sequences that share a prompt (n/best_of) run it once; each samples from its last position.
-            for seq_id, seq_data in (items[:1] if group.is_prompt else items):
-                scheduled.rows.append(self.input_batch.sync(seq_id, seq_data, group.block_tables[seq_id]))
-                scheduled.num_computed.append(seq_data.get_num_computed_tokens())
-                scheduled.num_scheduled.append(group.token_chunk_size if group.is_prompt else 1)
-                scheduled.sample_seq_ids.append([i for i, _ in items] if group.is_prompt else [seq_id])
+            for seq_id, seq_data in (items[:1] if is_prompt else items):
+                rows.append(sync(seq_id, seq_data, group.block_tables[seq_id]))
+                num_computed.append(seq_data.get_num_computed_tokens())
+                scheduled.num_scheduled.append(group.token_chunk_size if is_prompt else 1)
+                scheduled.sample_seq_ids.append([i for i, _ in items] if is_prompt else [seq_id])
                 scheduled.do_sample.append(group.do_sample)
-                scheduled.num_prefills += int(group.is_prompt)
-                if group.encoder_len > 0:
+                scheduled.num_prefills += int(is_prompt)
+                if encoder_len > 0:
                     scheduled.cross_tables.append(group.cross_block_table)
-                    scheduled.encoder_lens.append(group.encoder_len)
+                    scheduled.encoder_lens.append(encoder_len)
         return scheduled
 
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
