@@ -86,20 +86,24 @@ def test_a_thread_count_set_on_one_thread_leaves_the_others_alone():
 
 def test_engine_loops_step_with_their_share_while_both_have_work():
     share = CoreShare(4)
-    long_engine, short_engine = _RecordingEngine(steps=40), _RecordingEngine(steps=5)
+    long_engine, short_engine = _RecordingEngine(steps=100), _RecordingEngine(steps=5)
     loops = [EngineLoop(engine, _NoMetrics(), share) for engine in (long_engine, short_engine)]
     for loop in loops:
         loop.start()
     try:
-        for number, loop in enumerate(loops):
-            loop.add_request(f"r{number}", None, None, _Sink())
+        loops[0].add_request("r0", None, None, _Sink())
         deadline = time.monotonic() + 30
-        while (len(long_engine.seen), len(short_engine.seen)) != (40, 5) and time.monotonic() < deadline:
+        # the short request only once the long one is running (on a loaded machine the long loop's thread may
+        # otherwise start after the short one has finished)
+        while not long_engine.seen and time.monotonic() < deadline:
+            time.sleep(0.005)
+        loops[1].add_request("r1", None, None, _Sink())
+        while (len(long_engine.seen), len(short_engine.seen)) != (100, 5) and time.monotonic() < deadline:
             time.sleep(0.02)
     finally:
         for loop in loops:
             loop.stop(10)
-    assert len(long_engine.seen) == 40 and len(short_engine.seen) == 5
+    assert len(long_engine.seen) == 100 and len(short_engine.seen) == 5
     assert short_engine.seen[0] == 2 and 2 in long_engine.seen  # both busy: half each
     assert long_engine.seen[-1] == 4  # alone again once the short one went idle
     assert share.num_busy == 0
