@@ -17,7 +17,7 @@ def _steps(job: TranscriptionJob) -> Iterator[None]:
             if not job.in_flight:
                 yield
                 break
-            for output in job.engine.step():
+            for output in job.engine.step(finished_only=True):  # on_output reads finished requests only
                 job.on_output(output)
             yield
     except BaseException:

@@ -113,9 +113,9 @@ def test_iter_transcribe_hands_back_each_result_as_soon_as_it_is_done(tmp_path, 
     steps = [0]
     real_step = engine.step
 
-    def counted_step():
+    def counted_step(**kwargs):
         steps[0] += 1
-        return real_step()
+        return real_step(**kwargs)
 
     monkeypatch.setattr(engine, "step", counted_step)
     seen = []
