@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import jiwer
 import long_audio
 import numpy as np
 from long_audio import Part, Recording
-from wer import corpus_wer, wer
+from wer import normalize
 
 from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.transcription.live import DecodeRequest, LiveOptions, LiveSession, StreamingVad, TurnDetection
@@ -104,6 +105,24 @@ def vad_turns(recording: Recording, chunk_s: float, detection: TurnDetection) ->
     return turns
 
 
+def _words(text: str) -> str:
+    """Whisper's normalised words with each run of numbers joined: "One two three" normalises to "123" but
+    "1-2-3" and "1, 2, 3" to "one 2 3" (a lone 1 becomes "one"), which are the same words heard."""
+    words: List[str] = []
+    for word in ("1" if w == "one" else w for w in normalize(text)):
+        if word.isdigit() and words and words[-1].isdigit():
+            words[-1] += word
+        else:
+            words.append(word)
+    return " ".join(words)
+
+
+def turn_wer(pairs: Sequence[Tuple[str, str]]) -> float:
+    """Errors / reference words over (reference, transcript) pairs, words as `_words` gives them."""
+    pairs = list(pairs)
+    return jiwer.wer([_words(r) for r, _ in pairs], [_words(h) for _, h in pairs]) if pairs else 0.0
+
+
 def _overlap(a: Tuple[float, float], b: Tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
@@ -133,17 +152,17 @@ def score_stream(recording: Recording, items: List[Dict[str, Any]], pace: float)
                      "reference": part.text, "transcript": text,
                      "latency": max(done) - part.end / pace if complete else None,
                      "first_text": min(first) - part.start / pace if first else None,
-                     "wer": wer(part.text, text)})
+                     "wer": turn_wer([(part.text, text)])})
     return rows, stray
 
 
 def summarize(rows: List[Dict[str, Any]], stray: int) -> Dict[str, Any]:
     """Percentiles (numpy's linear interpolation) of the latency and first-text delay, the turns missed (no
-    transcript arrived), corpus WER over the turns (a missed turn's transcript is empty)."""
+    transcript arrived), WER over all the turns (a missed turn's transcript is empty)."""
     def pct(key: str, q: float) -> Optional[float]:
         values = [r[key] for r in rows if r[key] is not None]
         return float(np.percentile(values, q)) if values else None
     return {"turns": len(rows), "missed": sum(r["latency"] is None for r in rows), "stray_items": stray,
             "latency_p50": pct("latency", 50), "latency_p95": pct("latency", 95),
             "first_text_p50": pct("first_text", 50), "first_text_p95": pct("first_text", 95),
-            "wer": corpus_wer([(r["reference"], r["transcript"]) for r in rows])}
+            "wer": turn_wer([(r["reference"], r["transcript"]) for r in rows])}

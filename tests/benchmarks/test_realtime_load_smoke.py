@@ -77,3 +77,12 @@ def test_score_stream_assigns_items_by_overlap_and_measures_from_the_utterance_e
     summary = realtime_streams.summarize(rows, stray)
     assert (summary["turns"], summary["missed"], summary["stray_items"]) == (2, 1, 1)
     assert summary["wer"] == pytest.approx(2 / 5)
+
+
+def test_turn_wer_counts_numbers_written_apart_or_together_as_the_same_words():
+    counting = "One two three four five six seven eight nine ten."
+    assert realtime_streams.turn_wer([(counting, "1-2-3-4-5-6-7-8-9-10.")]) == 0.0
+    assert realtime_streams.turn_wer([(counting, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10.")]) == 0.0
+    assert realtime_streams.turn_wer([("The quick brown fox.", "The quick brown box.")]) == pytest.approx(1 / 4)
+    assert realtime_streams.turn_wer([("Room 12 is free.", "Room 13 is free."),
+                                      ("See you soon.", "")]) == pytest.approx(4 / 7)
