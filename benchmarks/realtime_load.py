@@ -61,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.stream_counts = sorted({int(n) for n in args.streams.split(",")})
     if not args.stream_counts or args.stream_counts[0] < 1:
         parser.error(f"--streams must be positive integers, got {args.streams!r}")
+    if not set(args.engines.split(",")) <= {"ours", "fw"} or not args.engines:
+        parser.error(f"--engines must be ours and/or fw, got {args.engines!r}")
     if not 0.1 <= args.pace <= 100:
         parser.error(f"--pace must be in [0.1, 100], got {args.pace}")
     return args
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
     best = report(results, args)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"header": header, "args": {k: v for k, v in vars(args).items()}, "runs": results,
+            json.dump({"header": header, "args": vars(args), "runs": results,
                        "sustained": best}, handle, indent=1)
     failed = any(r["summary"]["errors"] for r in results)
     return 1 if failed else 0
