@@ -129,6 +129,24 @@ def test_interim_decodes_one_at_a_time_and_deltas_agree_and_prefix_the_transcrip
     assert events[-1].transcript == "the cat sat on the mat."
 
 
+def test_a_busy_owner_drops_the_interim_decode_and_the_next_tick_makes_one_again(audio):
+    vad = ScriptedVad(frames((0.9, 4.0), (0.0, 1.0)))
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), vad)
+    feed(session, audio, 1.05)
+    assert session.take_requests(interim=False) == []     # dropped, not handed out
+    assert session.pending_request_ids() == []
+    feed(session, audio, 1.05, start=1.05)                 # the tick at 2.048 s: a new interim decode
+    [interim] = session.take_requests()
+    assert interim.prompt["interim"] and len(interim.prompt["samples"]) == 2.048 * SR
+    feed(session, audio, 2.2, start=2.1)
+    events = feed(session, audio, 1.0, start=4.3)
+    assert [type(e) for e in events] == [SpeechStopped, Committed]
+    [final] = session.take_requests(interim=False)          # a final decode is always handed out
+    assert not final.prompt["interim"]
+    assert answer(session, interim, "the cat") == []
+    assert answer(session, final, "the cat sat on the mat.")[-1].transcript == "the cat sat on the mat."
+
+
 class RetokenizingDecoder(TextDecoder):
     """The final text does not start with the forced prefix (as when a tokenizer splits its words differently)."""
 

@@ -74,6 +74,11 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def requests_in_flight(self) -> int:
+        """Requests the loop has added and not yet finished (readable from any thread: one length read)."""
+        return len(self._sinks)
+
     def add_request(self, request_id: str, prompt: Any, params: Any, sink: Sink) -> None:
         """The sink gets Accepted or Rejected, then each RequestOutput of the request (the last one finished)."""
         self._inbox.put(_Add(request_id, prompt, params, sink))

@@ -194,7 +194,10 @@ class RealtimeTranscription:
 
 def _call_and_take(current: _Live, call: Callable[[_Live], List[Any]]) -> Tuple[List[Any], List[Any]]:
     events = list(call(current))
-    return events, list(current.session.take_requests())
+    # Interim decodes only on an idle engine: each one runs a whole 30 s encoder window, and with several streams
+    # they would queue ahead of the turns' final decodes (the latency clients wait for).
+    idle = current.state.loop.requests_in_flight == 0
+    return events, list(current.session.take_requests(interim=idle))
 
 
 def _code_of(event: ClientEvent) -> str:

@@ -121,10 +121,16 @@ class LiveSession:
         return [Cleared()] + self._flush()
 
     # ------------------------------------------------------------------ the owner's side
-    def take_requests(self) -> List[DecodeRequest]:
+    def take_requests(self, interim: bool = True) -> List[DecodeRequest]:
         """The decodes to submit to the engine now (each once); they count as pending until on_output. Call it
-        after append, commit and on_output alike: a finished window queues the next window of its turn."""
+        after append, commit and on_output alike: a finished window queues the next window of its turn. With
+        `interim=False` (an owner whose engine is busy) a queued interim decode is dropped, not handed out: interim
+        text is best effort, and the next interval's tick tries again."""
         out, self._queue = self._queue, []
+        if not interim:
+            for request in [r for r in out if r.request_id == self._interim]:
+                self._forget(request.request_id)
+                out.remove(request)
         self._submitted.update(r.request_id for r in out)
         return out
 
