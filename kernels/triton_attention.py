@@ -1,12 +1,12 @@
 """Triton paged decode attention (self and cross) with T5's relative position bias computed in the kernel."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
 
+from .relative_buckets import relative_position_bucket
 from .triton_launch import (check_device, kernel_for, max_combine, next_power_of_two, sum_combine, tl, token_tile,
                             triton_available)
 from .triton_split import check_overrides, choose_splits, combine_partials, split_length, workspace_for
@@ -203,22 +203,6 @@ def bucket_lut(num_buckets: int, max_distance: int, bidirectional: bool, device:
         relative = torch.arange(-max_distance, max_distance + 1, device=device)
         _LUTS[key] = relative_position_bucket(relative, bidirectional, num_buckets, max_distance).to(torch.int32)
     return _LUTS[key]
-
-
-def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> torch.Tensor:
-    """T5's bucket of each relative position (key minus query), as models/t5_layers.py and HF compute it."""
-    buckets = torch.zeros_like(relative)
-    if bidirectional:
-        num_buckets //= 2
-        buckets = buckets + (relative > 0).long() * num_buckets
-        distance = relative.abs()
-    else:
-        distance = (-relative).clamp(min=0)
-    exact = num_buckets // 2
-    log_part = torch.log(distance.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-    far = (exact + log_part.to(torch.long)).clamp(max=num_buckets - 1)
-    return buckets + torch.where(distance < exact, distance, far)
 
 
 def _check_inputs(query, key_cache, value_cache, block_tables, context_lens) -> None:

@@ -3,7 +3,6 @@ score scaling, ReLU or gated feed-forward. Module and attribute names mirror HF 
 q/k/v (self) and k/v (cross) projections are fused as in encoder_decoder_utils."""
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -12,6 +11,7 @@ from torch import nn
 from seq2seq_engine.attention import Attention, AttentionMetadata, AttentionType
 from seq2seq_engine.attention.position_bias import StepPositionBias
 from seq2seq_engine.kernels import native_fused as fused_ops
+from seq2seq_engine.kernels.relative_buckets import relative_position_bucket
 from seq2seq_engine.models.encoder_decoder_utils import FusedLinear, KVCache
 from seq2seq_engine.models.utils import get_activation
 
@@ -30,25 +30,6 @@ class T5LayerNorm(nn.Module):
         """(normed, hidden_states + residual), or (normed, hidden_states) without a residual."""
         normed, summed = fused_ops.rms_norm(hidden_states, self.weight, self.eps, residual)
         return normed, hidden_states if summed is None else summed
-
-
-def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> torch.Tensor:
-    """Bucket index of each relative position (key minus query): half of the buckets (per direction when
-    bidirectional) hold exact distances, the rest distances growing logarithmically up to max_distance; a
-    unidirectional (decoder) bucket only sees the distance to earlier keys."""
-    buckets = torch.zeros_like(relative)
-    if bidirectional:
-        num_buckets //= 2
-        buckets = buckets + (relative > 0).long() * num_buckets
-        distance = relative.abs()
-    else:
-        distance = (-relative).clamp(min=0)
-    exact = num_buckets // 2
-    # log of 0 (small distances) gives -inf; those entries take the exact branch below
-    log_part = torch.log(distance.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-    far = (exact + log_part.to(torch.long)).clamp(max=num_buckets - 1)
-    return buckets + torch.where(distance < exact, distance, far)
 
 
 class T5SelfAttention(nn.Module):

@@ -10,10 +10,11 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 from seq2seq_engine.attention.backends import torch_backend
 from seq2seq_engine.attention.backends.cuda_backend import CudaAttentionBackend
-from seq2seq_engine.attention.backends.relative_bias import bucketed_table, t5_relative_buckets
+from seq2seq_engine.attention.backends.relative_bias import bucketed_table
 from seq2seq_engine.attention.bias import BlockDiagonalCausalMask
 from seq2seq_engine.attention.position_bias import StepPositionBias, StepRelativeBuckets
 from seq2seq_engine.attention.types import AttentionType
+from seq2seq_engine.kernels.relative_buckets import relative_position_bucket
 from seq2seq_engine.models.t5_layers import T5SelfAttention
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, NUM_BUCKETS, MAX_DISTANCE = 6, 6, 8, 4, 12, 20
@@ -84,7 +85,7 @@ def test_t5_buckets_are_hfs():
     for bidirectional in (False, True):
         for num_buckets, max_distance in ((32, 128), (12, 20), (6, 9)):
             expected = T5Attention._relative_position_bucket(relative, bidirectional, num_buckets, max_distance)
-            assert torch.equal(t5_relative_buckets(relative, bidirectional, num_buckets, max_distance), expected)
+            assert torch.equal(relative_position_bucket(relative, bidirectional, num_buckets, max_distance), expected)
 
 
 def test_a_t5_layers_bias_maps_to_its_table_and_bucket_parameters():

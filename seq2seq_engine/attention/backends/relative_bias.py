@@ -3,15 +3,15 @@ parameters behind a StepPositionBias, found where its functions are a T5-style l
 from __future__ import annotations
 
 import dataclasses
-import math
 import weakref
 from typing import Any, Optional
 
 import torch
 
 from seq2seq_engine.attention.position_bias import StepPositionBias
+from seq2seq_engine.kernels.relative_buckets import relative_position_bucket
 
-# Bucket functions already compared with t5_relative_buckets, by the module that owns them: result of the comparison.
+# Bucket functions already compared with relative_position_bucket, by the module that owns them: the result.
 _checked: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -25,27 +25,9 @@ class BucketedTable:
     bidirectional: bool
 
 
-def t5_relative_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
-                        max_distance: int) -> torch.Tensor:
-    """T5's bucket of each relative position (key minus query), as HF's `T5Attention._relative_position_bucket`
-    computes it: exact buckets for small distances, logarithmic ones up to max_distance."""
-    buckets = torch.zeros_like(relative)
-    if bidirectional:
-        num_buckets //= 2
-        buckets = buckets + (relative > 0).long() * num_buckets
-        distance = relative.abs()
-    else:
-        distance = -torch.minimum(relative, torch.zeros_like(relative))
-    exact = num_buckets // 2
-    large = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact)
-                     * (num_buckets - exact)).to(torch.long)
-    large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
-    return buckets + torch.where(distance < exact, distance, large)
-
-
 def _t5_buckets(owner: Any, to_buckets) -> bool:
     """Whether `to_buckets` (a method of `owner`) is T5's bucket function with the owner's parameters: compared
-    with t5_relative_buckets over CPU positions once per owner."""
+    with relative_position_bucket over CPU positions once per owner."""
     params = (getattr(owner, "num_buckets", None), getattr(owner, "max_distance", None),
               getattr(owner, "bidirectional", None))
     if not (isinstance(params[0], int) and isinstance(params[1], int) and isinstance(params[2], bool)):
@@ -59,7 +41,7 @@ def _t5_buckets(owner: Any, to_buckets) -> bool:
     relative = torch.arange(-span, span + 1)
     try:
         same = bool(torch.equal(to_buckets(relative).cpu().long(),
-                                t5_relative_buckets(relative, bidirectional, num_buckets, max_distance)))
+                                relative_position_bucket(relative, bidirectional, num_buckets, max_distance)))
     except (RuntimeError, TypeError, ValueError):
         same = False
     try:
