@@ -62,7 +62,7 @@ def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextI
             else:
                 data, odd = _whole_samples(odd + data)
                 events += session.append(pcm.decode(data))
-        _run_requests(engine, session, events)
+        run_requests(engine, session, events)
         _print_turns(events, out)
 
 
@@ -89,14 +89,14 @@ def _commit_rest(session: LiveSession) -> List[Any]:
         return []
 
 
-def _run_requests(engine: Any, session: LiveSession, events: List[Any]) -> None:
-    """Submit the queued decodes, run one engine step, hand back the finished ones (their events into `events`)."""
+def run_requests(engine: Any, session: LiveSession, events: List[Any]) -> None:
+    """The in-process owner's turn: submit the queued decodes, run one engine step, hand back the finished ones
+    (their events into `events`) and submit what they queued."""
     for request in session.take_requests():
         engine.add_request(request.request_id, request.prompt, request.params)
     if engine.has_unfinished_requests():
-        for output in engine.step():
-            if output.finished:
-                events += session.on_output(output.request_id, output.outputs[0].token_ids)
+        for output in engine.step(finished_only=True):
+            events += session.on_output(output.request_id, output.outputs[0].token_ids)
     for request in session.take_requests():
         engine.add_request(request.request_id, request.prompt, request.params)
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import require_speech_clips
 
 from seq2seq_engine.audio import load_audio
+from seq2seq_engine.entrypoints.live_cli import run_requests
 from seq2seq_engine.transcription.live import (Committed, Completed, Delta, LiveDecoder, LiveOptions, LiveSession,
                                                SpeechStarted, SpeechStopped, TurnDetection)
 
@@ -32,19 +33,6 @@ def words(text):
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
-def collect(engine, session, events):
-    """One engine step (when anything runs): the finished decodes go back to the transcription, and the requests
-    they queued go to the engine."""
-    for request in session.take_requests():
-        engine.add_request(request.request_id, request.prompt, request.params)
-    if engine.has_unfinished_requests():
-        for output in engine.step():
-            if output.finished:
-                events += session.on_output(output.request_id, output.outputs[0].token_ids)
-    for request in session.take_requests():
-        engine.add_request(request.request_id, request.prompt, request.params)
-
-
 def stream(llm, audio, options, seed=0, out=None):
     """All events of `audio` fed in 20-100 ms chunks, one engine step per chunk, then the engine run dry."""
     engine = llm.llm_engine
@@ -56,9 +44,9 @@ def stream(llm, audio, options, seed=0, out=None):
         size = int(rng.integers(20, 101)) * SR // 1000
         events += session.append(audio[pos:pos + size])
         pos += size
-        collect(engine, session, events)
+        run_requests(engine, session, events)
     while True:  # on_output can queue requests too (a window whose prompt was the one before)
-        collect(engine, session, events)
+        run_requests(engine, session, events)
         if not engine.has_unfinished_requests() and not session.pending_request_ids():
             break
     assert session.take_requests() == []
