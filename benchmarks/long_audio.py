@@ -136,32 +136,41 @@ def utterance_pool(rng: np.random.Generator) -> List[Tuple[np.ndarray, str]]:
     return pool
 
 
+class RecordingBuilder:
+    """A recording laid out piece by piece, each piece with its Part; `build` adds the low noise floor."""
+
+    def __init__(self) -> None:
+        self.pieces: List[np.ndarray] = []
+        self.parts: List[Part] = []
+        self.position = 0   # samples so far
+
+    def add(self, kind: str, samples: np.ndarray, text: str = "") -> None:
+        start = self.position
+        self.pieces.append(samples.astype(np.float32))
+        self.position += len(samples)
+        self.parts.append(Part(kind, start / SAMPLE_RATE, self.position / SAMPLE_RATE, text))
+
+    def build(self, name: str, rng: np.random.Generator) -> Recording:
+        audio = np.concatenate(self.pieces)
+        audio += rng.normal(0, 2e-3, len(audio)).astype(np.float32)
+        return Recording(name, np.clip(audio, -1, 1).astype(np.float32), self.parts)
+
+
 def compose(name: str, utterances: Sequence[Tuple[np.ndarray, str]], seconds: float,
             rng: np.random.Generator) -> Recording:
     """Utterances in random order separated by random gaps (0.3-8 s of silence, noise or music) up to `seconds`;
     a gap opens and closes the recording, and a low noise floor runs under everything."""
-    pieces: List[np.ndarray] = []
-    parts: List[Part] = []
-    position = 0
-
-    def add(kind: str, samples: np.ndarray, text: str = "") -> None:
-        nonlocal position
-        pieces.append(samples.astype(np.float32))
-        parts.append(Part(kind, position / SAMPLE_RATE, (position + len(samples)) / SAMPLE_RATE, text))
-        position += len(samples)
-
+    recording = RecordingBuilder()
     order = rng.permutation(len(utterances))
-    add("silence", gap_audio("silence", rng.uniform(0.5, 2.0), rng))
+    recording.add("silence", gap_audio("silence", rng.uniform(0.5, 2.0), rng))
     i = 0
-    while position < seconds * SAMPLE_RATE:
+    while recording.position < seconds * SAMPLE_RATE:
         samples, text = utterances[order[i % len(order)]]
         i += 1
-        add("speech", samples * rng.uniform(0.6, 1.0), text)
+        recording.add("speech", samples * rng.uniform(0.6, 1.0), text)
         kind = GAP_KINDS[int(rng.choice(3, p=[0.4, 0.3, 0.3]))]
-        add(kind, gap_audio(kind, rng.uniform(0.3, 8.0), rng))
-    audio = np.concatenate(pieces)
-    audio += rng.normal(0, 2e-3, len(audio)).astype(np.float32)
-    return Recording(name, np.clip(audio, -1, 1).astype(np.float32), parts)
+        recording.add(kind, gap_audio(kind, rng.uniform(0.3, 8.0), rng))
+    return recording.build(name, rng)
 
 
 def build_recordings(count: int, seconds: float, seed: int = 0) -> List[Recording]:

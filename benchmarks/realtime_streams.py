@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import jiwer
 import long_audio
 import numpy as np
-from long_audio import Part, Recording
+from long_audio import Recording
 from wer import normalize
 
 from seq2seq_engine.audio import SAMPLE_RATE
@@ -34,26 +34,16 @@ def build_streams(count: int, seconds: float, seed: int, max_turns: Optional[int
 
 def _compose(name: str, pool: Sequence[Tuple[np.ndarray, str]], seconds: float, rng: np.random.Generator,
              max_turns: Optional[int]) -> Recording:
-    pieces: List[np.ndarray] = []
-    parts: List[Part] = []
-    position = 0
-
-    def add(kind: str, samples: np.ndarray, text: str = "") -> None:
-        nonlocal position
-        pieces.append(samples.astype(np.float32))
-        parts.append(Part(kind, position / SAMPLE_RATE, (position + len(samples)) / SAMPLE_RATE, text))
-        position += len(samples)
-
-    add("silence", long_audio.gap_audio("silence", rng.uniform(0.5, 1.5), rng))
+    recording = long_audio.RecordingBuilder()
+    recording.add("silence", long_audio.gap_audio("silence", rng.uniform(0.5, 1.5), rng))
     order = rng.permutation(len(pool))
     turns = 0
-    while (max_turns is None or turns < max_turns) and (turns == 0 or position < seconds * SAMPLE_RATE):
+    while (max_turns is None or turns < max_turns) and (turns == 0 or recording.position < seconds * SAMPLE_RATE):
         samples, text = pool[order[turns % len(order)]]
-        add("speech", samples * rng.uniform(0.6, 1.0), text)
-        add("silence", long_audio.gap_audio("silence", rng.uniform(1.0, 2.0), rng))
+        recording.add("speech", samples * rng.uniform(0.6, 1.0), text)
+        recording.add("silence", long_audio.gap_audio("silence", rng.uniform(1.0, 2.0), rng))
         turns += 1
-    audio = np.concatenate(pieces) + rng.normal(0, 2e-3, position).astype(np.float32)
-    return Recording(name, np.clip(audio, -1, 1).astype(np.float32), parts)
+    return recording.build(name, rng)
 
 
 def chunks_of(samples: np.ndarray, chunk_s: float) -> List[np.ndarray]:
