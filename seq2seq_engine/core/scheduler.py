@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Deque, Iterable, List, Optional, Tuple, Union
+from typing import Deque, Iterable, List, Tuple, Union
 
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
@@ -109,10 +109,9 @@ class Scheduler:
             preempted=state.num_preempted)
         return [self._make_metadata(s) for s in scheduled], outputs
 
-    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget,
-                        is_prefill: Optional[bool] = None) -> int:
+    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget, is_prefill: bool) -> int:
         """Decoder tokens to run now: 1 per sequence when decoding, a (possibly chunked) prompt otherwise."""
-        if not (seq_group.is_prefill() if is_prefill is None else is_prefill):
+        if not is_prefill:
             return seq_group.num_unfinished_seqs()
         num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
         chunkable = self.scheduler_config.enable_chunked_prefill and seq_group.encoder_len == 0
@@ -121,9 +120,9 @@ class Scheduler:
         return num_new_tokens
 
     @staticmethod
-    def _encoder_tokens(seq_group: SequenceGroup) -> int:
+    def _encoder_tokens(seq_group: SequenceGroup, is_prefill: bool) -> int:
         """Encoder tokens run this step: all of them at a request's (never chunked) first step."""
-        return seq_group.encoder_len if seq_group.is_prefill() else 0
+        return seq_group.encoder_len if is_prefill else 0
 
     def _schedule_running(self, state: _StepState) -> None:
         kept: Deque[SequenceGroup] = deque()
@@ -132,7 +131,7 @@ class Scheduler:
             # Nothing below changes whether this group is prefilling: asked once, not once per helper.
             is_prefill = seq_group.is_prefill()
             num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
-            cost = num_new_tokens + (seq_group.encoder_len if is_prefill else 0)
+            cost = num_new_tokens + self._encoder_tokens(seq_group, is_prefill)
             if num_new_tokens == 0 or not state.budget.can_schedule(cost, 0):
                 kept.append(seq_group)  # Out of budget: stays running, holds its blocks, runs next step.
                 state.budget.add(0, seq_group.get_max_num_running_seqs())
@@ -160,7 +159,8 @@ class Scheduler:
                 self.swapped.popleft()
                 self._ignore(seq_group, "its blocks no longer fit in the device KV cache", state)
                 continue
-            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
+            is_prefill = seq_group.is_prefill()
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
             if num_new_tokens == 0 or not state.budget.can_schedule(
                     num_new_tokens, seq_group.get_max_num_running_seqs()):
                 break
@@ -168,8 +168,8 @@ class Scheduler:
             state.blocks_to_swap_in.extend(self.block_manager.swap_in(seq_group))
             for seq in seq_group.get_seqs(SequenceStatus.SWAPPED):
                 seq.status = SequenceStatus.RUNNING
-            self._append_slots(seq_group, state)
-            self._add_scheduled(seq_group, num_new_tokens, state)
+            self._append_slots(seq_group, state, is_prefill)
+            self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
             self.running.append(seq_group)
 
     def _schedule_waiting(self, state: _StepState) -> None:
@@ -185,15 +185,16 @@ class Scheduler:
                 continue
             if self.block_manager.can_allocate(seq_group) == AllocStatus.LATER:
                 break
-            num_new_tokens = self._num_new_tokens(seq_group, state.budget)
-            cost = num_new_tokens + self._encoder_tokens(seq_group)
+            is_prefill = seq_group.is_prefill()
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
+            cost = num_new_tokens + self._encoder_tokens(seq_group, is_prefill)
             if num_new_tokens == 0 or not state.budget.can_schedule(cost, seq_group.get_max_num_running_seqs()):
                 break
             self.waiting.popleft()
             self.block_manager.allocate(seq_group)
             for seq in seq_group.get_seqs(SequenceStatus.WAITING):
                 seq.status = SequenceStatus.RUNNING
-            self._add_scheduled(seq_group, num_new_tokens, state)
+            self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
             self.running.append(seq_group)
 
     def _too_long_reason(self, seq_group: SequenceGroup):
@@ -217,8 +218,8 @@ class Scheduler:
         self._free_group(seq_group)
         state.ignored.append(seq_group)
 
-    def _append_slots(self, seq_group: SequenceGroup, state: _StepState, is_prefill: Optional[bool] = None) -> None:
-        if seq_group.is_prefill() if is_prefill is None else is_prefill:
+    def _append_slots(self, seq_group: SequenceGroup, state: _StepState, is_prefill: bool) -> None:
+        if is_prefill:
             # A prompt's blocks are all allocated at admission, shared by its sequences (n/best_of) and written
             # through the first one's table: copy-on-write now would leave the others with unwritten copies.
             return
@@ -226,10 +227,8 @@ class Scheduler:
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
     def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState,
-                       is_prompt: Optional[bool] = None) -> None:
-        if is_prompt is None:
-            is_prompt = seq_group.is_prefill()
-        encoder_tokens = seq_group.encoder_len if is_prompt else 0
+                       is_prompt: bool) -> None:
+        encoder_tokens = self._encoder_tokens(seq_group, is_prompt)
         state.num_encoder_tokens += encoder_tokens
         # A decoding group runs as many sequences as it has unfinished ones (get_max_num_running_seqs).
         num_seqs = seq_group.get_max_num_running_seqs() if is_prompt else seq_group.num_unfinished_seqs()
