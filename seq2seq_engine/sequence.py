@@ -9,10 +9,7 @@ from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
 from seq2seq_engine.sampling.beam_search import BeamSearchState
 from seq2seq_engine.sampling_params import SamplingParams
 # SequenceData and SequenceStatus are re-exported: most callers import them from here.
-from seq2seq_engine.sequence_data import SequenceData, SequenceStage, SequenceStatus
-
-# Statuses from this one on are finished ones (SequenceStatus.is_finished), compared inline on the per-step paths.
-_FIRST_FINISHED = SequenceStatus.FINISHED_STOPPED
+from seq2seq_engine.sequence_data import FIRST_FINISHED, SequenceData, SequenceStage, SequenceStatus
 
 
 class Sequence:
@@ -64,7 +61,7 @@ class Sequence:
         self.data.append_token_id(token_id, logprobs[token_id])
 
     def is_finished(self) -> bool:
-        return self.status >= _FIRST_FINISHED
+        return self.status >= FIRST_FINISHED
 
     def is_prefill(self) -> bool:
         return self.data.stage is SequenceStage.PREFILL
@@ -162,7 +159,7 @@ class SequenceGroup:
         return [seq for seq in self.seqs_dict.values() if seq.status == status]
 
     def get_unfinished_seqs(self) -> List[Sequence]:
-        return [seq for seq in self.seqs_dict.values() if seq.status < _FIRST_FINISHED]
+        return [seq for seq in self.seqs_dict.values() if seq.status < FIRST_FINISHED]
 
     def num_seqs(self, status: Optional[SequenceStatus] = None) -> int:
         return len(self.get_seqs(status))
@@ -182,12 +179,12 @@ class SequenceGroup:
         del self.seqs_dict[seq_id]
 
     def is_finished(self) -> bool:
-        return all(seq.status >= _FIRST_FINISHED for seq in self.seqs_dict.values())
+        return all(seq.status >= FIRST_FINISHED for seq in self.seqs_dict.values())
 
     def is_prefill(self) -> bool:
         """Whether the first unfinished sequence (the first one when all are finished) is still prefilling."""
         for seq in self.seqs_dict.values():
-            if seq.status < _FIRST_FINISHED:
+            if seq.status < FIRST_FINISHED:
                 return seq.data.stage is SequenceStage.PREFILL
         return self.first_seq.is_prefill()
 
@@ -197,7 +194,7 @@ class SequenceGroup:
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         for seq in self.seqs_dict.values():
-            if seq.status < _FIRST_FINISHED:
+            if seq.status < FIRST_FINISHED:
                 seq.data.update_num_computed_tokens(num_new_computed_tokens)
 
     def __repr__(self) -> str:

@@ -17,13 +17,15 @@ class SequenceStatus(enum.IntEnum):
 
     @staticmethod
     def is_finished(status: "SequenceStatus") -> bool:
-        return status >= SequenceStatus.FINISHED_STOPPED
+        return status >= FIRST_FINISHED
 
     @staticmethod
     def get_finished_reason(status: "SequenceStatus") -> Optional[str]:
         return _FINISH_REASONS.get(status)
 
 
+# The first finished status: `status >= FIRST_FINISHED` is is_finished, compared inline on per-step paths.
+FIRST_FINISHED = SequenceStatus.FINISHED_STOPPED
 _FINISH_REASONS = {
     SequenceStatus.FINISHED_STOPPED: "stop",
     SequenceStatus.FINISHED_LENGTH_CAPPED: "length",
