@@ -105,6 +105,10 @@ class CacheConfig:
     watermark: float = 0.01
     # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §28); or one of DTYPE_NAMES.
     cache_dtype: str = "auto"
+    # Free blocks keep what they held until the pool needs them: full decoder blocks found again by their token
+    # prefix (vLLM's automatic prefix caching), cross tables found again by their encoder input.
+    enable_prefix_caching: bool = True
+    enable_encoder_cache: bool = True
 
     def __post_init__(self) -> None:
         _require_positive("block_size", self.block_size)

@@ -30,6 +30,8 @@ class Sequence:
         self.tokens: Optional[List[str]] = None
         self.prefix_offset = 0
         self.read_offset = 0
+        # Chained content hashes of the sequence's first full blocks (core/content_keys.py), extended as needed.
+        self.block_hashes: List[bytes] = []
 
     @property
     def prompt(self) -> Optional[str]:
@@ -101,6 +103,8 @@ class SequenceGroup:
         self.encoder_seq = encoder_seq
         self.inputs = inputs
         self.priority = priority
+        # The encoder input's content key (core/content_keys.py), computed when a cache first needs it.
+        self.encoder_key: Optional[bytes] = None
         self.ignored_reason: Optional[str] = None
         # why the request failed inside a step and was aborted (engine/step_isolation.py), else None
         self.error: Optional[str] = None
@@ -216,6 +220,8 @@ class SequenceGroupMetadata:
     encoder_seq_data: Optional[SequenceData] = None
     cross_block_table: Optional[List[int]] = None
     multi_modal_data: Optional[Dict[str, Any]] = None
+    # A prefill whose cross table already holds its encoder output (a computed cache entry): no encoder run.
+    cross_computed: bool = False
     generator: Optional[Any] = None
     # > 0 for a beam-search request: how many top (token, log-prob) candidates each of its rows returns.
     num_beam_candidates: int = 0

@@ -32,14 +32,16 @@ class EncoderAttentionMetadata:
 
 @dataclasses.dataclass
 class CrossAttentionMetadata:
-    """Decoder-to-encoder attention: prefills attend to fresh encoder K/V (and write them to cross blocks);
-    decodes read cross blocks."""
+    """Decoder-to-encoder attention: prefills attend to fresh encoder K/V (and write them to cross blocks), or,
+    when some prefill's encoder output is already cached, all read their cross blocks; decodes read cross blocks."""
 
     prefill_bias: Optional[AttentionBias]            # rectangular block-diagonal: decoder q × encoder kv
-    cross_slot_mapping: Optional[torch.Tensor]       # [num_encoder_tokens] int64
+    cross_slot_mapping: Optional[torch.Tensor]       # [tokens of the encoders this step runs] int64
     decode_encoder_lens: Optional[torch.Tensor]      # [num_decodes] int32
     decode_block_tables: Optional[torch.Tensor]      # [num_decodes, max_blocks] int32
     max_decode_encoder_len: int = 0
+    prefill_block_tables: Optional[torch.Tensor] = None   # [num_prefills, max_blocks] int32: prefills read the
+    #                                                       cache (set when a prefill's encoder does not run)
 
 
 @dataclasses.dataclass

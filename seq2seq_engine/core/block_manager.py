@@ -1,10 +1,14 @@
-"""Paged KV-cache accounting: self blocks per decoder sequence, cross blocks per request, device and CPU pools."""
+"""Paged KV-cache accounting: self blocks per decoder sequence, cross blocks per request (shared by requests with the
+same encoder content), device and CPU pools, and the prefix cache of full decoder blocks."""
 from __future__ import annotations
 
 import enum
 from typing import Dict, List, Optional, Tuple
 
-from seq2seq_engine.core.block import BlockAllocator, BlockTable, Device, PhysicalTokenBlock
+from seq2seq_engine.core.block import BlockAllocator, BlockTable, Device, PhysicalTokenBlock, swap_table
+from seq2seq_engine.core.content_keys import extend_block_hashes, request_encoder_key, shares_prefix
+from seq2seq_engine.core.cross_cache import CrossCache, CrossEntry
+from seq2seq_engine.core.prefix_cache import SELF_KIND, PrefixCache
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
 
 
@@ -17,18 +21,25 @@ class AllocStatus(enum.Enum):
 
 
 class BlockSpaceManager:
-    """Maps sequences to physical blocks. Invariant: a block's ref_count equals the number of tables holding it."""
+    """Maps sequences to physical blocks. Invariant: a block's ref_count equals the number of tables holding it, a
+    shared cross table (cross_cache.py) counting once for all its requests; cached blocks nobody holds are
+    evictable (counted free). `enable_prefix_caching`: full decoder blocks are found again by content;
+    `enable_encoder_cache`: requests with the same encoder input share one cross table."""
 
-    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01) -> None:
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
+                 enable_prefix_caching: bool = False, enable_encoder_cache: bool = False) -> None:
         self.block_size = block_size
         self.num_total_gpu_blocks = num_gpu_blocks
         self.num_total_cpu_blocks = num_cpu_blocks
         # Headroom kept free at admission so running sequences can still append without immediate preemption.
         self.watermark_blocks = int(watermark * num_gpu_blocks)
-        self.gpu_allocator = BlockAllocator(Device.GPU, block_size, num_gpu_blocks)
+        self.gpu_allocator = BlockAllocator(Device.GPU, block_size, num_gpu_blocks, on_evict=self._on_evict)
         self.cpu_allocator = BlockAllocator(Device.CPU, block_size, num_cpu_blocks)
+        self.prefix_cache = PrefixCache(self.gpu_allocator) if enable_prefix_caching else None
+        self.cross_cache = CrossCache(self.gpu_allocator) if enable_encoder_cache else None
         self.block_tables: Dict[int, BlockTable] = {}
         self.cross_block_tables: Dict[str, BlockTable] = {}
+        self.cross_entries: Dict[str, CrossEntry] = {}   # requests whose cross table is a cached entry
         # Block numbers of each cross table, read every step; rebuilt when the request's table is replaced (swap).
         self._cross_numbers: Dict[str, Tuple[BlockTable, List[int]]] = {}
 
@@ -41,11 +52,56 @@ class BlockSpaceManager:
             return AllocStatus.OK
         return AllocStatus.LATER
 
-    @staticmethod
-    def _num_required_blocks(seq_group: SequenceGroup) -> int:
-        # Waiting decoder sequences share one prompt table, so it is counted once.
-        self_blocks = seq_group.get_seqs(SequenceStatus.WAITING)[0].n_blocks
-        return self_blocks + seq_group.num_cross_blocks
+    def _on_evict(self, block: PhysicalTokenBlock) -> None:
+        if block.cache_key[0] == SELF_KIND:
+            self.prefix_cache.forget(block)
+        else:
+            self.cross_cache.evict(block)
+
+    # ----------------------------------------------------------------- content keys
+    def _encoder_key(self, seq_group: SequenceGroup) -> Optional[bytes]:
+        """The request's encoder content key, or None without an encoder or a cache to use it."""
+        if seq_group.encoder_len == 0 or (self.cross_cache is None and self.prefix_cache is None):
+            return None
+        return request_encoder_key(seq_group)
+
+    def _block_hashes(self, seq_group: SequenceGroup, seq: Sequence, num_blocks: int) -> List[bytes]:
+        seed = self._encoder_key(seq_group) or b""
+        return extend_block_hashes(seq.block_hashes, seq.get_token_ids(), self.block_size, num_blocks,
+                                   seed)[:num_blocks]
+
+    def _prefix_hits(self, seq_group: SequenceGroup) -> List[PhysicalTokenBlock]:
+        """Cached blocks of the waiting prompt's longest cached prefix; the block of its last token is always
+        computed again (its logits are sampled)."""
+        if self.prefix_cache is None or not shares_prefix(seq_group.sampling_params):
+            return []
+        seq = seq_group.get_seqs(SequenceStatus.WAITING)[0]
+        if seq.data.get_num_computed_tokens():
+            return []
+        num_blocks = (seq.get_len() - 1) // self.block_size
+        return self.prefix_cache.longest_match(self._block_hashes(seq_group, seq, num_blocks))
+
+    def num_cached_prefix_tokens(self, seq_group: SequenceGroup) -> int:
+        """Prompt tokens of a waiting request that admission would find in the prefix cache."""
+        return len(self._prefix_hits(seq_group)) * self.block_size
+
+    def runs_encoder(self, seq_group: SequenceGroup) -> bool:
+        """Whether admitting the request runs its encoder: no cross entry of its content is cached or being
+        computed this step."""
+        key = self._encoder_key(seq_group) if self.cross_cache is not None else None
+        return seq_group.encoder_len > 0 and (key is None or self.cross_cache.find(key) is None)
+
+    def _num_required_blocks(self, seq_group: SequenceGroup) -> int:
+        # Waiting decoder sequences share one prompt table, so it is counted once; cached blocks in use by other
+        # requests cost nothing, evictable ones leave the free count when taken.
+        hits = self._prefix_hits(seq_group)
+        self_blocks = seq_group.get_seqs(SequenceStatus.WAITING)[0].n_blocks - sum(b.ref_count > 0 for b in hits)
+        cross_blocks = seq_group.num_cross_blocks
+        key = self._encoder_key(seq_group) if self.cross_cache is not None else None
+        entry = self.cross_cache.find(key) if key is not None else None
+        if entry is not None and entry.holders > 0:
+            cross_blocks = 0
+        return self_blocks + cross_blocks
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         return self._admission_status(self._num_required_blocks(seq_group))
@@ -57,19 +113,58 @@ class BlockSpaceManager:
         return table
 
     def allocate(self, seq_group: SequenceGroup) -> None:
-        """Give the waiting decoder sequences one shared prompt table and the request its cross table."""
+        """Give the waiting decoder sequences one shared prompt table (its cached prefix first, those tokens
+        counted computed) and the request its cross table (a cached entry of its encoder content where one is)."""
         waiting = seq_group.get_seqs(SequenceStatus.WAITING)
         for seq in waiting:
             if seq.seq_id in self.block_tables:
                 raise ValueError(f"sequence {seq.seq_id} already has a block table")
         if seq_group.encoder_len > 0 and seq_group.request_id in self.cross_block_tables:
             raise ValueError(f"request {seq_group.request_id} already has a cross block table")
-        prompt_table = self._allocate_table(waiting[0].n_blocks, ref_count=len(waiting))
+        hits = self._prefix_hits(seq_group)
+        if self.prefix_cache is not None and shares_prefix(seq_group.sampling_params):
+            self.prefix_cache.count_lookup(waiting[0].get_len(), len(hits) * self.block_size)
+            self.prefix_cache.take(hits, len(waiting))
+        # A cached cross table is taken before new blocks are allocated (which may evict idle cached blocks).
+        cross_first = seq_group.encoder_len > 0 and not self.runs_encoder(seq_group)
+        if cross_first:
+            self._allocate_cross(seq_group)
+        prompt_table = hits + self._allocate_table(waiting[0].n_blocks - len(hits), ref_count=len(waiting))
+        if seq_group.encoder_len > 0 and not cross_first:
+            self._allocate_cross(seq_group)
         for seq in waiting:
             self.block_tables[seq.seq_id] = list(prompt_table)
-        if seq_group.encoder_len > 0:
-            self.cross_block_tables[seq_group.request_id] = self._allocate_table(seq_group.num_cross_blocks,
-                                                                                 ref_count=1)
+            if hits:
+                seq.data.update_num_computed_tokens(len(hits) * self.block_size)
+
+    def _allocate_cross(self, seq_group: SequenceGroup) -> None:
+        request_id = seq_group.request_id
+        if self.cross_cache is None:
+            self.cross_block_tables[request_id] = self._allocate_table(seq_group.num_cross_blocks, ref_count=1)
+            return
+        entry = self.cross_cache.acquire(self._encoder_key(seq_group), seq_group.num_cross_blocks)
+        self.cross_entries[request_id] = entry
+        self.cross_block_tables[request_id] = entry.table
+
+    def is_cross_computed(self, seq_group: SequenceGroup) -> bool:
+        """Whether the request's cross table holds its encoder output already (a cache hit on a computed entry)."""
+        entry = self.cross_entries.get(seq_group.request_id)
+        return entry is not None and entry.computed
+
+    def mark_computed(self, seq_group: SequenceGroup, num_computed_tokens: int) -> None:
+        """A step computed the request's prefill up to `num_computed_tokens` decoder tokens: its cross entry is
+        written, and its full prompt blocks join the prefix cache."""
+        entry = self.cross_entries.get(seq_group.request_id)
+        if entry is not None:
+            entry.computed = True
+        if self.prefix_cache is None or not shares_prefix(seq_group.sampling_params):
+            return
+        for seq in seq_group.get_unfinished_seqs():
+            num_full = min(num_computed_tokens, seq.get_len()) // self.block_size
+            table = self.block_tables[seq.seq_id]
+            for block_hash, block in zip(self._block_hashes(seq_group, seq, num_full), table):
+                self.prefix_cache.register(block_hash, block)
+            return  # the sequences of a prefill share its prompt table
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """Whether the free blocks cover what `append_slots` takes for each running sequence this step: a new block
@@ -110,59 +205,56 @@ class BlockSpaceManager:
             block.ref_count += 1
 
     # ----------------------------------------------------------------- swapping
-    def _get_physical_blocks(self, seq_group: SequenceGroup) -> List[PhysicalTokenBlock]:
-        """Distinct blocks held by the group's unfinished sequences and its cross table."""
+    def _moving_cross_table(self, seq_group: SequenceGroup, src: Device) -> Optional[BlockTable]:
+        """The cross table that moves with the request out of `src`: none when it is elsewhere or shared with other
+        requests (a shared table stays on the device while its other holders run)."""
+        table = self.cross_block_tables.get(seq_group.request_id)
+        if table is None or table[0].device != src:
+            return None
+        entry = self.cross_entries.get(seq_group.request_id)
+        return None if entry is not None and entry.holders > 1 else table
+
+    def _get_physical_blocks(self, seq_group: SequenceGroup, src: Device) -> List[PhysicalTokenBlock]:
+        """Distinct blocks in `src` held by the group's unfinished sequences and its cross table that moves."""
         blocks: Dict[int, PhysicalTokenBlock] = {}
         for seq in seq_group.get_unfinished_seqs():
             for block in self.block_tables.get(seq.seq_id, []):
                 blocks[id(block)] = block
-        for block in self.cross_block_tables.get(seq_group.request_id, []):
+        for block in self._moving_cross_table(seq_group, src) or []:
             blocks[id(block)] = block
         return list(blocks.values())
 
     def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
         # One extra block per sequence so that each can append after being swapped in.
-        num_required = (len(self._get_physical_blocks(seq_group))
+        num_required = (len(self._get_physical_blocks(seq_group, Device.CPU))
                         + seq_group.num_seqs(SequenceStatus.SWAPPED))
         return self._admission_status(num_required)
 
     def can_swap_out(self, seq_group: SequenceGroup) -> bool:
-        return len(self._get_physical_blocks(seq_group)) <= self.cpu_allocator.get_num_free_blocks()
+        return len(self._get_physical_blocks(seq_group, Device.GPU)) <= self.cpu_allocator.get_num_free_blocks()
 
     def swap_in(self, seq_group: SequenceGroup) -> List[Tuple[int, int]]:
         """Move the group's swapped self tables and its cross table to the device; returns (cpu, gpu) pairs."""
         return self._swap(seq_group, SequenceStatus.SWAPPED, self.cpu_allocator, self.gpu_allocator)
 
     def swap_out(self, seq_group: SequenceGroup) -> List[Tuple[int, int]]:
-        """Move the group's running self tables and its cross table to CPU; returns (gpu, cpu) pairs."""
+        """Move the group's running self tables and its unshared cross table to CPU; returns (gpu, cpu) pairs."""
         return self._swap(seq_group, SequenceStatus.RUNNING, self.gpu_allocator, self.cpu_allocator)
 
     def _swap(self, seq_group: SequenceGroup, status: SequenceStatus, src_allocator: BlockAllocator,
               dst_allocator: BlockAllocator) -> List[Tuple[int, int]]:
         mapping: Dict[int, Tuple[PhysicalTokenBlock, PhysicalTokenBlock]] = {}
         for seq in seq_group.get_seqs(status):
-            self.block_tables[seq.seq_id] = self._swap_table(
+            self.block_tables[seq.seq_id] = swap_table(
                 self.block_tables[seq.seq_id], src_allocator, dst_allocator, mapping)
-        cross_table = self.cross_block_tables.get(seq_group.request_id)
+        cross_table = self._moving_cross_table(seq_group, src_allocator.device)
         if cross_table is not None:
-            self.cross_block_tables[seq_group.request_id] = self._swap_table(
+            entry = self.cross_entries.pop(seq_group.request_id, None)
+            if entry is not None:  # its only holder: the table leaves the cache and moves as a plain table
+                self.cross_cache.detach(entry)
+            self.cross_block_tables[seq_group.request_id] = swap_table(
                 cross_table, src_allocator, dst_allocator, mapping)
         return [(src.block_number, dst.block_number) for src, dst in mapping.values()]
-
-    @staticmethod
-    def _swap_table(table: BlockTable, src_allocator: BlockAllocator, dst_allocator: BlockAllocator,
-                    mapping: Dict[int, Tuple[PhysicalTokenBlock, PhysicalTokenBlock]]) -> BlockTable:
-        new_table = []
-        for src_block in table:
-            if id(src_block) in mapping:
-                dst_block = mapping[id(src_block)][1]
-                dst_block.ref_count += 1
-            else:
-                dst_block = dst_allocator.allocate()
-                mapping[id(src_block)] = (src_block, dst_block)
-            new_table.append(dst_block)
-            src_allocator.free(src_block)
-        return new_table
 
     # ----------------------------------------------------------------- freeing
     def _free_table(self, table: BlockTable) -> None:
@@ -177,10 +269,13 @@ class BlockSpaceManager:
             self._free_table(table)
 
     def free_cross(self, seq_group: SequenceGroup) -> None:
-        """Return a request's cross blocks; a no-op for a request that holds none."""
+        """Return a request's cross blocks (its hold on a shared entry); a no-op for a request that holds none."""
         table = self.cross_block_tables.pop(seq_group.request_id, None)
         self._cross_numbers.pop(seq_group.request_id, None)
-        if table is not None:
+        entry = self.cross_entries.pop(seq_group.request_id, None)
+        if entry is not None:
+            self.cross_cache.release(entry)
+        elif table is not None:
             self._free_table(table)
 
     # ----------------------------------------------------------------- queries

@@ -34,8 +34,9 @@ class Scheduler:
             raise ValueError("the scheduler needs cache_config.num_gpu_blocks and num_cpu_blocks to be set")
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
-        self.block_manager = BlockSpaceManager(cache_config.block_size, cache_config.num_gpu_blocks,
-                                               cache_config.num_cpu_blocks, cache_config.watermark)
+        self.block_manager = BlockSpaceManager(
+            cache_config.block_size, cache_config.num_gpu_blocks, cache_config.num_cpu_blocks, cache_config.watermark,
+            cache_config.enable_prefix_caching, cache_config.enable_encoder_cache)
         self.waiting: Deque[SequenceGroup] = deque()
         self.running: Deque[SequenceGroup] = deque()
         self.swapped: Deque[SequenceGroup] = deque()
@@ -109,11 +110,13 @@ class Scheduler:
             preempted=state.num_preempted)
         return [self._make_metadata(s) for s in scheduled], outputs
 
-    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget, is_prefill: bool) -> int:
-        """Decoder tokens to run now: 1 per sequence when decoding, a (possibly chunked) prompt otherwise."""
+    def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget, is_prefill: bool,
+                        num_cached_tokens: int = 0) -> int:
+        """Decoder tokens to run now: 1 per sequence when decoding, a (possibly chunked) prompt otherwise, less the
+        `num_cached_tokens` admission finds in the prefix cache."""
         if not is_prefill:
             return seq_group.num_unfinished_seqs()
-        num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens()
+        num_new_tokens = seq_group.first_seq.data.get_num_uncomputed_tokens() - num_cached_tokens
         chunkable = self.scheduler_config.enable_chunked_prefill and seq_group.encoder_len == 0
         if chunkable:
             num_new_tokens = min(num_new_tokens, budget.remaining_token_budget())
@@ -186,15 +189,17 @@ class Scheduler:
             if self.block_manager.can_allocate(seq_group) == AllocStatus.LATER:
                 break
             is_prefill = seq_group.is_prefill()
-            num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
-            cost = num_new_tokens + self._encoder_tokens(seq_group, is_prefill)
+            num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill,
+                                                  self.block_manager.num_cached_prefix_tokens(seq_group))
+            runs_encoder = self.block_manager.runs_encoder(seq_group)
+            cost = num_new_tokens + (seq_group.encoder_len if runs_encoder else 0)
             if num_new_tokens == 0 or not state.budget.can_schedule(cost, seq_group.get_max_num_running_seqs()):
                 break
             self.waiting.popleft()
             self.block_manager.allocate(seq_group)
             for seq in seq_group.get_seqs(SequenceStatus.WAITING):
                 seq.status = SequenceStatus.RUNNING
-            self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
+            self._add_scheduled(seq_group, num_new_tokens, state, is_prefill, runs_encoder)
             self.running.append(seq_group)
 
     def _too_long_reason(self, seq_group: SequenceGroup):
@@ -227,8 +232,8 @@ class Scheduler:
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
     def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState,
-                       is_prompt: bool) -> None:
-        encoder_tokens = self._encoder_tokens(seq_group, is_prompt)
+                       is_prompt: bool, runs_encoder: bool = True) -> None:
+        encoder_tokens = self._encoder_tokens(seq_group, is_prompt) if runs_encoder else 0
         state.num_encoder_tokens += encoder_tokens
         # A decoding group runs as many sequences as it has unfinished ones (get_max_num_running_seqs).
         num_seqs = seq_group.get_max_num_running_seqs() if is_prompt else seq_group.num_unfinished_seqs()
@@ -283,5 +288,6 @@ class Scheduler:
             encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
             cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,
             multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None,
+            cross_computed=scheduled.is_prompt and has_encoder and self.block_manager.is_cross_computed(seq_group),
             generator=seq_group.generator,
             num_beam_candidates=seq_group.beam_search.spec.num_candidates if seq_group.beam_search else 0)

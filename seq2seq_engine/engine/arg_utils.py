@@ -33,6 +33,8 @@ class EngineArgs:
     max_logprobs: int = 20
     max_beam_width: Optional[int] = None
     enforce_eager: bool = False   # True: no CUDA graphs, every step runs eagerly
+    enable_prefix_caching: bool = True   # full decoder blocks found again by content (vLLM's name and default)
+    enable_encoder_cache: bool = True    # requests with the same encoder input share one cross table
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -63,5 +65,6 @@ class EngineArgs:
             enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
                                    swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override,
-                                   cache_dtype=self.kv_cache_dtype)
+                                   cache_dtype=self.kv_cache_dtype, enable_prefix_caching=self.enable_prefix_caching,
+                                   enable_encoder_cache=self.enable_encoder_cache)
         return EngineConfig(model_config, cache_config, scheduler_config, device_config)

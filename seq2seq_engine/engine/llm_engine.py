@@ -172,6 +172,7 @@ class LLMEngine:
                 lambda batch: self.model_runner.execute_model(batch, self.cache_engine.device_cache), metadata_list)
             if failed:
                 scheduler_outputs, failed_groups = self._drop_failed(scheduler_outputs, failed)
+            self._mark_prefills_computed(scheduler_outputs)
         finished_seq_ids = self.output_processor.process(scheduler_outputs, sampled_seq_ids, sampler_output)
         self.scheduler.free_finished_seq_groups()
         self.model_runner.release_seqs(finished_seq_ids)
@@ -183,6 +184,16 @@ class LLMEngine:
         if finished_only:
             groups = [group for group in groups if group.is_finished()]
         return [RequestOutput.from_seq_group(group) for group in groups]
+
+    def _mark_prefills_computed(self, scheduler_outputs: SchedulerOutputs) -> None:
+        """The step wrote its prefills' cross tables and prompt blocks: the caches may hand them out now (before
+        the outputs are applied, which frees the requests that finish in their first step)."""
+        block_manager = self.scheduler.block_manager
+        for scheduled in scheduler_outputs.scheduled_seq_groups:
+            if scheduled.is_prompt:
+                data = scheduled.seq_group.first_seq.data
+                block_manager.mark_computed(scheduled.seq_group,
+                                            data.get_num_computed_tokens() + scheduled.token_chunk_size)
 
     def _drop_failed(self, scheduler_outputs: SchedulerOutputs, failed: Dict[str, str]):
         """(the step's outputs without the failed requests, those requests): each aborted, its blocks returned,

@@ -25,6 +25,8 @@ class Scheduled:
     do_sample: List[bool] = dataclasses.field(default_factory=list)
     cross_tables: List[List[int]] = dataclasses.field(default_factory=list)
     encoder_lens: List[int] = dataclasses.field(default_factory=list)
+    # per encoder/decoder prefill: whether this step runs its encoder (else its cross table is read)
+    runs_encoder: List[bool] = dataclasses.field(default_factory=list)
     num_prefills: int = 0
 
     @property
@@ -79,19 +81,25 @@ def self_metadata(flat: FlatInputs, scheduled: Scheduled, block_table: np.ndarra
 
 def encoder_and_cross_metadata(scheduled: Scheduled, block_size: int) -> Tuple[
         Optional[EncoderAttentionMetadata], Optional[CrossAttentionMetadata]]:
-    """(encoder metadata when the step has prefills, cross metadata) of the encoder/decoder requests, or
-    (None, None) when the step has none."""
+    """(encoder metadata of the prefills that run their encoder, cross metadata) of the encoder/decoder requests,
+    or (None, None) when the step has none. Prefills whose cross table another request or an earlier step wrote
+    read it back (prefill_block_tables), as do all the step's prefills then."""
     if not scheduled.cross_tables:
         return None, None
     num_prefills = scheduled.num_prefills
     encoder_lens = scheduled.encoder_lens[:num_prefills]
-    encoder_md, prefill_bias, cross_slots = None, None, None
+    encoder_md, prefill_bias, cross_slots, prefill_tables = None, None, None, None
     if num_prefills:
-        encoder_md = EncoderAttentionMetadata(bias=BlockDiagonalMask.from_seqlens(encoder_lens))
+        runs = scheduled.runs_encoder
+        run_lens = [length for length, run in zip(encoder_lens, runs) if run]
+        if run_lens:
+            encoder_md = EncoderAttentionMetadata(bias=BlockDiagonalMask.from_seqlens(run_lens))
+            run_tables = [table for table, run in zip(scheduled.cross_tables, runs) if run]
+            cross_slots = torch.from_numpy(slots_of_prefixes(run_tables, run_lens, block_size))
+        if not all(runs):
+            prefill_tables = padded_table(scheduled.cross_tables[:num_prefills])
         prefill_bias = BlockDiagonalMask.from_seqlens(q_seqlen=scheduled.num_scheduled[:num_prefills],
                                                       kv_seqlen=encoder_lens)
-        cross_slots = torch.from_numpy(slots_of_prefixes(scheduled.cross_tables[:num_prefills], encoder_lens,
-                                                         block_size))
     decode_lens, decode_tables, max_len = None, None, 0
     if len(scheduled.cross_tables) > num_prefills:
         lens = scheduled.encoder_lens[num_prefills:]
@@ -100,5 +108,5 @@ def encoder_and_cross_metadata(scheduled: Scheduled, block_size: int) -> Tuple[
         max_len = max(lens)
     cross_md = CrossAttentionMetadata(prefill_bias=prefill_bias, cross_slot_mapping=cross_slots,
                                       decode_encoder_lens=decode_lens, decode_block_tables=decode_tables,
-                                      max_decode_encoder_len=max_len)
+                                      max_decode_encoder_len=max_len, prefill_block_tables=prefill_tables)
     return encoder_md, cross_md

@@ -56,6 +56,7 @@ class ModelRunner:
         self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
         self.sampler = Sampler()
         self.prompt_logprobs = PromptLogprobTracker()
+        self.num_encoder_runs = 0   # encoder inputs run so far (each once per distinct uncached content)
         self.decode_graphs: Optional[DecodeGraphs] = None
         if not enforce_eager and (graph_capture is not None or self.device.type == "cuda"):
             cross_width = -(-max_encoder_len // block_size) if getattr(model, "is_encoder_decoder", False) else 0
@@ -71,6 +72,7 @@ class ModelRunner:
     def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> Scheduled:
         scheduled = Scheduled()
         sync, rows, num_computed = self.input_batch.sync, scheduled.rows, scheduled.num_computed
+        claimed_tables = set()  # first cross block of each table whose encoder runs this step
         for group in metadata_list:
             is_prompt = group.is_prompt
             items = list(group.seq_data.items())
@@ -86,6 +88,11 @@ class ModelRunner:
                 if encoder_len > 0:
                     scheduled.cross_tables.append(group.cross_block_table)
                     scheduled.encoder_lens.append(encoder_len)
+                    if is_prompt:
+                        # Requests sharing a cross table not yet computed: the first one in the step runs it.
+                        first_block = group.cross_block_table[0]
+                        scheduled.runs_encoder.append(not group.cross_computed and first_block not in claimed_tables)
+                        claimed_tables.add(first_block)
         return scheduled
 
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
@@ -117,7 +124,9 @@ class ModelRunner:
             self_attn=self_metadata(flat, scheduled, self.input_batch.block_table, self.block_size),
             encoder=encoder_md, cross=cross_md)
         encoder_input_ids, encoder_positions, encoder_features = (
-            self._encoder_inputs(metadata_list) if encoder_md is not None else (None, None, None))
+            self._encoder_inputs(metadata_list[:num_prefills], scheduled.runs_encoder) if encoder_md is not None
+            else (None, None, None))
+        self.num_encoder_runs += sum(scheduled.runs_encoder)
         model_input = ModelInput(
             input_ids=torch.from_numpy(flat.input_ids), positions=torch.from_numpy(flat.positions),
             attn_metadata=attn_metadata, selected_token_indices=torch.from_numpy(selected),
@@ -188,10 +197,11 @@ class ModelRunner:
         return LogitsProcessorBatch.build(params, histories, self.eos_token_id, self.input_batch.max_model_len)
 
     @staticmethod
-    def _encoder_inputs(metadata_list: List[SequenceGroupMetadata]) -> Tuple[Optional[torch.Tensor], ...]:
-        """(encoder_input_ids, encoder_positions, encoder_features) of the step's prefills: the features of
-        audio requests, else the encoder tokens and their positions."""
-        prefills = [group for group in metadata_list if group.is_prompt]
+    def _encoder_inputs(prefill_list: List[SequenceGroupMetadata],
+                        runs_encoder: List[bool]) -> Tuple[Optional[torch.Tensor], ...]:
+        """(encoder_input_ids, encoder_positions, encoder_features) of the step's prefills that run their encoder:
+        the features of audio requests, else the encoder tokens and their positions."""
+        prefills = [group for group, runs in zip(prefill_list, runs_encoder) if runs]
         features = [group.multi_modal_data.get("input_features") for group in prefills
                     if group.multi_modal_data]
         if features:

@@ -61,12 +61,14 @@ def _random_candidates(group: SequenceGroup, rng: random.Random) -> Dict[int, tu
 
 
 def make_scheduler(num_gpu_blocks: int = 16, num_cpu_blocks: int = 16, block_size: int = 4,
-                   **scheduler_kwargs) -> Scheduler:
+                   caching: bool = False, **scheduler_kwargs) -> Scheduler:
+    """A scheduler over a small pool; `caching` turns on the prefix and encoder caches (the simulated requests'
+    prompts repeat, so they would share blocks)."""
     scheduler_kwargs.setdefault("max_model_len", 64)
     scheduler_kwargs.setdefault("max_encoder_len", 64)
     scheduler_kwargs.setdefault("max_num_batched_tokens", 128)
     cache = CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
-                        watermark=0.0)
+                        watermark=0.0, enable_prefix_caching=caching, enable_encoder_cache=caching)
     return Scheduler(SchedulerConfig(**scheduler_kwargs), cache)
 
 

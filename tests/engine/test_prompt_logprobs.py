@@ -74,7 +74,8 @@ def test_decoder_only_prompt_logprobs_match_hf_and_leave_other_requests_unchange
     # The last request also has logits processors: prompt logprobs still come from the raw logits.
     extra = [{}] * 6 + [dict(repetition_penalty=1.5, logit_bias={7: 3.0})]
     params = [SamplingParams(prompt_logprobs=k, **base, **x) for k, x in zip(ks, extra)]
-    llm = small_llm(model_dir, **CHUNKING[chunked])
+    # The second run must compute every prompt again to be compared bit for bit: no prefix cache.
+    llm = small_llm(model_dir, enable_prefix_caching=False, **CHUNKING[chunked])
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     plain = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                          [SamplingParams(**base, **x) for x in extra], use_tqdm=False)

@@ -109,8 +109,12 @@ class TorchAttentionBackend:
 
     def cached_cross(self, query, key, value, kv_cache, metadata, scale):
         """Cross-attention whose cross blocks the model already wrote: prefill tokens attend to ``key``/``value``
-        (this step's encoder rows), decode tokens read ``kv_cache`` through the cross block tables."""
+        (this step's encoder rows), or read their cross blocks when some prefill's encoder output was cached
+        (``prefill_block_tables``); decode tokens read ``kv_cache`` through the cross block tables."""
         cross_md = metadata.cross
+        if cross_md.prefill_block_tables is not None:
+            key, value = (t.to(query.dtype) for t in _gather_context(
+                kv_cache, cross_md.prefill_block_tables, cross_md.prefill_bias))
         decode = (cross_md.decode_block_tables, cross_md.decode_encoder_lens, cross_md.max_decode_encoder_len)
         return self._prefill_and_decode(query, key, value, cross_md.prefill_bias, kv_cache, decode, metadata, scale)
 

@@ -1,0 +1,67 @@
+"""Content keys of the KV caches: a request's encoder input (token ids, or audio features) hashed to one key, and
+the hash chain over a decoder sequence's full blocks that automatic prefix caching looks blocks up by."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+_DIGEST_SIZE = 16
+
+
+def _digest(*parts: bytes) -> bytes:
+    hasher = hashlib.blake2b(digest_size=_DIGEST_SIZE)
+    for part in parts:
+        hasher.update(len(part).to_bytes(8, "little"))
+        hasher.update(part)
+    return hasher.digest()
+
+
+def _token_bytes(token_ids: Sequence[int]) -> bytes:
+    return np.asarray(token_ids, dtype=np.int64).tobytes()
+
+
+def _tensor_bytes(tensor: Any) -> bytes:
+    array = torch.as_tensor(tensor).detach().cpu().contiguous()
+    header = f"{array.dtype}:{tuple(array.shape)}".encode()
+    if array.dtype == torch.bfloat16:
+        array = array.view(torch.int16)
+    return header + array.numpy().tobytes()
+
+
+def encoder_content_key(encoder_token_ids: Sequence[int], multi_modal_data: Optional[dict]) -> bytes:
+    """The key of what the encoder reads: the audio features when the request carries them (a Whisper window),
+    else the encoder token ids. One engine holds one model in one dtype, so they need not be part of the key."""
+    features = (multi_modal_data or {}).get("input_features")
+    if features is not None:
+        return _digest(b"features", _tensor_bytes(features))
+    return _digest(b"tokens", _token_bytes(encoder_token_ids))
+
+
+def request_encoder_key(seq_group: Any) -> bytes:
+    """The encoder content key of a request (a SequenceGroup with an encoder), computed once and kept on it."""
+    if seq_group.encoder_key is None:
+        inputs = seq_group.inputs
+        seq_group.encoder_key = encoder_content_key(seq_group.encoder_seq.prompt_token_ids,
+                                                    inputs.multi_modal_data if inputs is not None else None)
+    return seq_group.encoder_key
+
+
+def shares_prefix(params: Any) -> bool:
+    """Whether a request's prompt may start from cached blocks: prompt logprobs and prompt-logit hooks need every
+    prompt position computed."""
+    return params is None or (getattr(params, "prompt_logprobs", None) is None
+                              and not getattr(params, "prompt_logits_hooks", None))
+
+
+def extend_block_hashes(hashes: List[bytes], token_ids: Sequence[int], block_size: int, num_blocks: int,
+                        seed: bytes) -> List[bytes]:
+    """`hashes` (the chain of the sequence's first blocks, computed earlier) extended in place to `num_blocks`
+    full blocks of `token_ids`: block i's hash covers the seed (the encoder key, or nothing), block i-1's hash and
+    its own tokens, so equal hashes mean equal prefixes."""
+    for index in range(len(hashes), num_blocks):
+        parent = hashes[index - 1] if index else _digest(b"root", seed)
+        hashes.append(_digest(parent, _token_bytes(token_ids[index * block_size:(index + 1) * block_size])))
+    return hashes
