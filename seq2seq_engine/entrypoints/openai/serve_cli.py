@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any
 
-from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments
+from seq2seq_engine.entrypoints.engine_flags import CACHE_FLAG_NAMES, add_precision_arguments
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -57,7 +57,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 def engine_kwargs(args: argparse.Namespace) -> dict:
     names = ("dtype", "quantization", "kv_cache_dtype", "device", "seed", "block_size", "kv_cache_space_gb",
              "swap_space_gb", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs",
-             "enable_chunked_prefill", "preemption_mode", "enforce_eager")
+             "enable_chunked_prefill", "preemption_mode", "enforce_eager") + CACHE_FLAG_NAMES
     return {name: getattr(args, name) for name in names}
 
 
