@@ -1,0 +1,123 @@
+"""The prefix and encoder caches change no output: every model family (BART, T5, Whisper, Llama) gives the same
+tokens with the caches on and off for greedy, seeded sampling and beam search, also under recompute and swap
+preemption in a pool too small for the batch; each distinct encoder input runs once; no block is leaked."""
+import pytest
+import torch
+from hf_reference import build_tiny_model
+from t5_reference import build_tiny_t5
+
+from seq2seq_engine import LLM, BeamSearchParams, ExplicitEncoderDecoderPrompt, SamplingParams, TokensPrompt
+
+VOCAB = 256
+BLOCK_SIZE = 4
+CACHES_OFF = dict(enable_prefix_caching=False, enable_encoder_cache=False)
+
+
+def _tokens(n, seed, low=4):
+    return torch.randint(low, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    built = {arch: build_tiny_model(arch, tmp_path_factory.mktemp(arch))[0] for arch in ("bart", "whisper", "llama")}
+    built["t5"] = build_tiny_t5("t5", tmp_path_factory.mktemp("t5"), vocab_size=VOCAB)[0]
+    return built
+
+
+def _prompts(arch):
+    """(prompts, number of distinct encoder inputs): each document under several decoder prompts (some repeated
+    exactly), or for Llama one 13-token prefix (three full blocks) under different questions."""
+    if arch == "llama":
+        prefix = _tokens(13, 100)
+        return [TokensPrompt(prompt_token_ids=prefix + _tokens(n, n)) for n in (1, 3, 6, 3, 9)], 0
+    if arch == "whisper":
+        features = [torch.randn(80, 100, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
+        decoders = [[3], [3, 9], [3, 9, 17], [3]]
+        return [TokensPrompt(prompt_token_ids=d, multi_modal_data={"input_features": f})
+                for f in features for d in decoders], len(features)
+    start = 0 if arch == "t5" else 2
+    documents = [_tokens(n, 10 + n) for n in (9, 20, 14)]
+    decoders = [[start], [start, 5], [start, 7, 8, 11, 12, 13], [start, 5]]
+    return [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=doc),
+                                         decoder_prompt=TokensPrompt(prompt_token_ids=dec))
+            for doc in documents for dec in decoders], len(documents)
+
+
+def _run(model_dir, prompts, mode, **engine_kwargs):
+    llm = LLM(model_dir, skip_tokenizer_init=True, dtype="float32", block_size=BLOCK_SIZE, seed=0,
+              kv_cache_space_gb=engine_kwargs.pop("kv_cache_space_gb", 0.02), **engine_kwargs)
+    if mode == "beam":
+        outputs = llm.beam_search(prompts, BeamSearchParams(beam_width=3, max_tokens=6, ignore_eos=True),
+                                  use_tqdm=False)
+    else:
+        params = [SamplingParams(max_tokens=8, ignore_eos=True, logprobs=1,
+                                 **(dict(temperature=0.0) if mode == "greedy" else dict(temperature=0.9, seed=i)))
+                  for i in range(len(prompts))]
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+    return llm.llm_engine, [[(c.token_ids, c.cumulative_logprob) for c in out.outputs] for out in outputs]
+
+
+def _assert_same(cached, plain):
+    for got, expected in zip(cached, plain):
+        assert [tokens for tokens, _ in got] == [tokens for tokens, _ in expected]
+        assert [lp for _, lp in got] == pytest.approx([lp for _, lp in expected], abs=1e-4)
+
+
+def _assert_all_free(engine):
+    manager, config = engine.scheduler.block_manager, engine.cache_config
+    assert manager.get_num_free_gpu_blocks() == config.num_gpu_blocks
+    assert manager.get_num_free_cpu_blocks() == config.num_cpu_blocks
+    assert not manager.block_tables and not manager.cross_block_tables and not manager.cross_entries
+
+
+@pytest.mark.parametrize("mode", ["greedy", "seeded", "beam"])
+@pytest.mark.parametrize("arch", ["bart", "t5", "whisper", "llama"])
+def test_outputs_equal_with_caches_on_and_off(models, arch, mode):
+    prompts, num_documents = _prompts(arch)
+    cached_engine, cached = _run(models[arch], prompts, mode)
+    plain_engine, plain = _run(models[arch], prompts, mode, **CACHES_OFF)
+    _assert_same(cached, plain)
+    _assert_all_free(cached_engine)
+    manager = cached_engine.scheduler.block_manager
+    if num_documents:
+        assert plain_engine.model_runner.num_encoder_runs == len(prompts)
+        assert cached_engine.model_runner.num_encoder_runs == num_documents
+        assert manager.cross_cache.num_hits == len(prompts) - num_documents
+    else:
+        # admitted in one step, the prompts cannot find each other's blocks computed yet: all are looked up
+        assert manager.prefix_cache.num_queried_tokens == sum(len(p["prompt_token_ids"]) for p in prompts)
+
+
+def test_second_batch_finds_the_prefix_and_the_encoder_outputs_cached(models):
+    llm = LLM(models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    prompts, _ = _prompts("llama")
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    first = llm.generate(prompts, params, use_tqdm=False)
+    cache = llm.llm_engine.scheduler.block_manager.prefix_cache
+    hits_before = cache.num_hit_tokens
+    second = llm.generate(prompts, params, use_tqdm=False)
+    # every prompt's three prefix blocks (12 tokens) are found; longer prompts find their own later blocks too
+    assert cache.num_hit_tokens - hits_before >= 12 * len(prompts)
+    assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in second]
+
+    bart = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    prompts, num_documents = _prompts("bart")
+    bart.generate(prompts, params, use_tqdm=False)
+    bart.generate(prompts, params, use_tqdm=False)
+    assert bart.llm_engine.model_runner.num_encoder_runs == num_documents
+    _assert_all_free(bart.llm_engine)
+
+
+@pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
+@pytest.mark.parametrize("arch", ["bart", "whisper", "llama"])
+def test_preemption_with_caches_keeps_outputs(models, arch, preemption_mode):
+    prompts, _ = _prompts(arch)
+    prompts = prompts * 2
+    mode = "greedy" if preemption_mode == "recompute" else "beam"  # beams are swapped, single sequences recomputed
+    _, plain = _run(models[arch], prompts, mode, **CACHES_OFF)
+    num_blocks = {"bart": 30, "whisper": 40, "llama": 24}[arch]
+    tight_engine, tight = _run(models[arch], prompts, mode, num_gpu_blocks_override=num_blocks,
+                               swap_space_gb=0.01, preemption_mode=preemption_mode)
+    assert tight_engine.scheduler.num_cumulative_preemption > 0
+    _assert_same(tight, plain)
+    _assert_all_free(tight_engine)
