@@ -1,6 +1,6 @@
-"""Prometheus metrics of the server (GET /metrics): queue sizes and KV-cache use read from the engine after each
-step, token and audio counters, realtime transcription sessions, turns and audio seconds, and time-to-first-token /
-inter-token / end-to-end latency histograms."""
+"""Prometheus metrics of the server (GET /metrics): queue sizes, KV-cache use and the prefix / encoder caches' hits
+read from the engine after each step, token and audio counters, realtime transcription sessions, turns and audio
+seconds, and time-to-first-token / inter-token / end-to-end latency histograms."""
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +37,11 @@ class MetricFamilies:
         self.free_blocks = make(Gauge, "kv_cache_free_blocks", "Free device KV blocks")
         self.total_blocks = make(Gauge, "kv_cache_total_blocks", "Device KV blocks in the pool")
         self.preemptions = make(Counter, "num_preemptions", "Requests preempted by the scheduler")
+        self.prefix_queries = make(Counter, "prefix_cache_queries", "Prompt tokens looked up in the prefix cache")
+        self.prefix_hits = make(Counter, "prefix_cache_hits", "Prompt tokens found in the prefix cache")
+        self.encoder_queries = make(Counter, "encoder_cache_queries", "Requests that looked up their encoder output")
+        self.encoder_hits = make(Counter, "encoder_cache_hits", "Requests that found their encoder output cached")
+        self.encoder_runs = make(Counter, "encoder_runs", "Encoder inputs run (a cache hit runs none)")
         self.prompt_tokens = make(Counter, "prompt_tokens", "Prompt tokens of finished requests")
         self.generation_tokens = make(Counter, "generation_tokens", "Tokens generated")
         self.audio_seconds = make(Counter, "audio_seconds", "Seconds of audio transcribed")
@@ -56,7 +61,8 @@ class MetricFamilies:
 
 
 _FAMILY_NAMES = ("running", "waiting", "swapped", "kv_usage", "free_blocks", "total_blocks", "preemptions",
-                 "prompt_tokens", "generation_tokens", "audio_seconds", "requests", "ttft", "itl", "e2e",
+                 "prefix_queries", "prefix_hits", "encoder_queries", "encoder_hits", "encoder_runs", "prompt_tokens",
+                 "generation_tokens", "audio_seconds", "requests", "ttft", "itl", "e2e",
                  "realtime_open", "realtime_sessions", "realtime_turns", "realtime_audio_seconds")
 
 
@@ -69,7 +75,7 @@ class ServerMetrics:
         for name in _FAMILY_NAMES:
             setattr(self, name, getattr(self.families, name).labels(model_name))
         self._timings: Dict[str, _Timing] = {}
-        self._preemptions_seen = 0
+        self._engine_counts_seen: Dict[str, int] = {}   # the engine's cumulative counts at the last read
 
     def render(self) -> bytes:
         return self.families.render()
@@ -130,7 +136,19 @@ class ServerMetrics:
         self.total_blocks.set(total)
         self.free_blocks.set(free)
         self.kv_usage.set(1.0 - free / total if total else 0.0)
-        preemptions = scheduler.num_cumulative_preemption
-        if preemptions > self._preemptions_seen:
-            self.preemptions.inc(preemptions - self._preemptions_seen)
-            self._preemptions_seen = preemptions
+        self._count_up("preemptions", scheduler.num_cumulative_preemption)
+        self._count_up("encoder_runs", engine.model_runner.num_encoder_runs)
+        prefix_cache, cross_cache = scheduler.block_manager.prefix_cache, scheduler.block_manager.cross_cache
+        if prefix_cache is not None:   # a cache switched off (None) leaves its counters at 0
+            self._count_up("prefix_queries", prefix_cache.num_queried_tokens)
+            self._count_up("prefix_hits", prefix_cache.num_hit_tokens)
+        if cross_cache is not None:
+            self._count_up("encoder_queries", cross_cache.num_queries)
+            self._count_up("encoder_hits", cross_cache.num_hits)
+
+    def _count_up(self, name: str, cumulative: int) -> None:
+        """Advance counter `name` to the engine's cumulative count by what it grew since the last read."""
+        seen = self._engine_counts_seen.get(name, 0)
+        if cumulative > seen:
+            getattr(self, name).inc(cumulative - seen)
+            self._engine_counts_seen[name] = cumulative

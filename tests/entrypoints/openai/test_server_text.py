@@ -175,3 +175,37 @@ def test_metrics_count_the_served_requests(server, client):
     while (sample("num_requests_running"), sample("kv_cache_usage_perc")) != (0, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (sample("num_requests_running"), sample("kv_cache_usage_perc")) == (0, 0)
+
+
+def _counter(server, name):
+    text = httpx.get(f"{server.url}/metrics").text
+    return float(re.search(rf"^seq2seq_engine:{name}_total\{{[^}}]*\}} (\S+)$", text, re.M).group(1))
+
+
+def _counters_after(server, names, before, expected):
+    """The counters' growth since `before`, read again until it is `expected` (they are read from the engine after
+    the step that served the request) or 5 s have passed."""
+    deadline = time.monotonic() + 5
+    while True:
+        grown = {name: _counter(server, name) - before[name] for name in names}
+        if grown == expected or time.monotonic() > deadline:
+            return grown
+        time.sleep(0.05)
+
+
+def test_metrics_count_prefix_cache_hits_of_a_repeated_prompt(server, client):
+    names = ("prefix_cache_queries", "prefix_cache_hits", "encoder_cache_queries", "encoder_runs")
+    prompt = ("Prefix caching test: the following list names the planets of the solar system in their order from "
+              "the sun, each with one fact about it, starting with Mercury, the smallest one, then")
+    before = {name: _counter(server, name) for name in names}
+    first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0)
+    num_tokens = first.usage.prompt_tokens
+    assert num_tokens > 2 * 16  # longer than two blocks of the default block size
+    expected = {"prefix_cache_queries": num_tokens, "prefix_cache_hits": 0, "encoder_cache_queries": 0,
+                "encoder_runs": 0}
+    assert _counters_after(server, names, before, expected) == expected
+    second = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0)
+    assert second.choices[0].text == first.choices[0].text
+    # Every full block before the one holding the last prompt token (whose logits are sampled) is found again.
+    expected.update(prefix_cache_queries=2 * num_tokens, prefix_cache_hits=(num_tokens - 1) // 16 * 16)
+    assert _counters_after(server, names, before, expected) == expected
