@@ -1,4 +1,4 @@
-"""Teacher-forced alignment pass: a window's tokens through the loaded Whisper weights in plain torch."""
+"""Teacher-forced alignment pass: a window's tokens through the Whisper decoder over its cross K/V, in plain torch."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -44,6 +44,9 @@ def _self_attention(module: Any, hidden: torch.Tensor, num_heads: int, causal: b
     return module.out_proj(_attend(q, k, v, num_heads, causal)[0])
 
 
+CrossKV = List[Tuple[torch.Tensor, torch.Tensor]]  # per decoder layer: cross keys and values [S, d]
+
+
 def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tensor:
     weight = encoder.conv1.weight
     hidden = features.to(dtype=weight.dtype, device=weight.device).unsqueeze(0)
@@ -55,16 +58,30 @@ def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tenso
     return encoder.layer_norm(hidden)
 
 
-def _decode(decoder: Any, token_ids: Sequence[int], encoded: torch.Tensor, num_heads: int,
+@torch.inference_mode()
+def encoder_cross_kv(model: Any, features: torch.Tensor) -> CrossKV:
+    """The window's cross K/V computed in plain torch: the encoder over log-mel `features` [n_mels, frames], then
+    each decoder layer's kv_proj over its output (what the engine writes into a request's cross blocks)."""
+    encoded = _encode(model.model.encoder, features, model.config.encoder_attention_heads)
+    cross_kv = []
+    for layer in model.model.decoder.layers:
+        cross = layer.encoder_attn
+        k, v = cross.kv_proj(encoded).split(cross.embed_dim, dim=-1)
+        cross_kv.append((k, v))
+    return cross_kv
+
+
+def _decode(decoder: Any, token_ids: Sequence[int], cross_kv: CrossKV, num_heads: int,
             heads: Sequence[Head]) -> Tuple[torch.Tensor, torch.Tensor]:
     """(final hidden states [T, d], the heads' cross-attention scores [len(heads), T, S])."""
-    ids = torch.tensor(list(token_ids), dtype=torch.long, device=encoded.device)
+    weight = decoder.embed_tokens.weight
+    ids = torch.tensor(list(token_ids), dtype=torch.long, device=weight.device)
     hidden = decoder.embed_tokens(ids) + decoder.embed_positions.weight[:len(ids)]
     wanted = {}
     for index, layer in enumerate(decoder.layers):
         hidden = hidden + _self_attention(layer.self_attn, layer.self_attn_layer_norm(hidden), num_heads, True)
         cross = layer.encoder_attn
-        k, v = cross.kv_proj(encoded).split(cross.embed_dim, dim=-1)
+        k, v = (t.to(dtype=hidden.dtype, device=hidden.device) for t in cross_kv[index])
         layer_heads = [head for head in range(num_heads) if (index, head) in heads]
         out, scores = _attend(cross.q_proj(layer.encoder_attn_layer_norm(hidden)), k, v, num_heads,
                               scores_wanted=bool(layer_heads))
@@ -76,20 +93,23 @@ def _decode(decoder: Any, token_ids: Sequence[int], encoded: torch.Tensor, num_h
 
 
 @torch.inference_mode()
-def alignment_pass(model: Any, features: torch.Tensor, token_ids: Sequence[int],
-                   heads: Sequence[Head]) -> Tuple[torch.Tensor, torch.Tensor]:
+def alignment_pass(model: Any, features: Optional[torch.Tensor], token_ids: Sequence[int], heads: Sequence[Head],
+                   cross_kv: Optional[CrossKV] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
-    [n_mels, frames]; token_ids: the decoder input (prompt + generated tokens).
+    [n_mels, frames], read only when `cross_kv` is None; token_ids: the decoder input (prompt + generated tokens);
+    cross_kv: the window's cross K/V per decoder layer (cached_cross_kv.py reads them from the engine's encoder
+    cache), else encoder_cross_kv computes them from the features.
 
-    The paged engine drops the encoder output after prefill and its decode kernel returns no attention weights,
-    so word timing re-runs the window once, as openai-whisper's ``find_alignment`` does: encoder over the
-    features, decoder over the tokens with a causal mask, no KV cache. The model's modules are read for their
-    weights only (their Attention layers are bypassed); nothing in the engine's state is touched.
+    The engine's decode kernel returns no attention weights, so word timing runs the window's tokens once more,
+    as openai-whisper's ``find_alignment`` does: decoder over the tokens with a causal mask, no KV cache. The
+    model's modules are read for their weights only (their Attention layers are bypassed); nothing in the
+    engine's state is touched.
 
     Returns (scores [len(heads), len(token_ids), encoder frames]: scaled q·kᵀ of the alignment heads, softmax
     not applied; logits [len(token_ids), vocab], float32). Row i is the query at input position i.
     """
-    config = model.config
-    encoded = _encode(model.model.encoder, features, config.encoder_attention_heads)
-    hidden, scores = _decode(model.model.decoder, token_ids, encoded, config.decoder_attention_heads, list(heads))
+    if cross_kv is None:
+        cross_kv = encoder_cross_kv(model, features)
+    hidden, scores = _decode(model.model.decoder, token_ids, cross_kv, model.config.decoder_attention_heads,
+                             list(heads))
     return scores, model.compute_logits(hidden)

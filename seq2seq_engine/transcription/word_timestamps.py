@@ -6,7 +6,8 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 import torch
 
-from seq2seq_engine.transcription.alignment import alignment_heads, alignment_pass
+from seq2seq_engine.transcription.alignment import CrossKV, alignment_heads, alignment_pass, encoder_cross_kv
+from seq2seq_engine.transcription.cached_cross_kv import cached_cross_kv
 from seq2seq_engine.transcription.prompts import WhisperTokens
 from seq2seq_engine.transcription.segments import split_segments
 from seq2seq_engine.transcription.timing import FRAME_SECONDS, alignment_matrix, scores_to_weights, token_start_frames
@@ -24,15 +25,33 @@ class WordAligner:
     and each token's probability (softmax over the non-special vocabulary at the position that predicts it);
     words are timed and handed out to the window's segments in token order. Times are seconds relative to the
     window, clamped to [0, duration]; segment times are left as they are.
+
+    The pass attends to the window's cross K/V as the engine cached them for its requests (the encoder cache keeps
+    a finished request's cross table while the pool does not need its blocks), so the window's encoder ran once,
+    in the engine; when that entry is gone (evicted, or the cache is off) the plain-torch encoder computes them
+    and `num_encoder_runs` counts it. Call it between engine steps, in the thread that steps the engine.
     """
 
     def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
+        self.engine = engine
         self.model = engine.model_runner.model
         self.tokenizer = engine.tokenizer
         self.tokens = tokens
         config = engine.model_config
         self.heads = alignment_heads(config.hf_config, config.model)
         self.max_positions = config.hf_config.max_target_positions
+        self.num_encoder_runs = 0    # windows whose cross K/V the plain-torch encoder computed (no cached entry)
+        self.num_cache_hits = 0      # windows aligned over the engine's cached cross K/V
+
+    def cross_kv(self, features: torch.Tensor) -> CrossKV:
+        """The window's cross K/V: the engine's cached ones when its entry is still there, else computed."""
+        dtype = self.model.model.decoder.embed_tokens.weight.dtype
+        cached = cached_cross_kv(self.engine, features, dtype)
+        if cached is not None:
+            self.num_cache_hits += 1
+            return cached
+        self.num_encoder_runs += 1
+        return encoder_cross_kv(self.model, features)
 
     def _decode(self, token_ids: List[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
@@ -46,7 +65,7 @@ class WordAligner:
         if not text_tokens:
             return [], 0.0
         sequence = prompt + text_tokens + [self.tokens.eot]
-        scores, logits = alignment_pass(self.model, features, sequence, self.heads)
+        scores, logits = alignment_pass(self.model, None, sequence, self.heads, self.cross_kv(features))
         num_frames = max(1, min(scores.shape[-1], int(round(duration / FRAME_SECONDS))))
         matrix = alignment_matrix(scores_to_weights(scores, num_frames))[len(prompt) - 1:-1]
         text_logits = logits[len(prompt) - 1:len(prompt) - 1 + len(text_tokens), :self.tokens.eot]
