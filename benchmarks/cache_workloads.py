@@ -1,0 +1,158 @@
+"""`cache_reuse.py`'s child-process runners for Whisper (plain, word timestamps, language detection) and the SmolLM2
+chat batch, each on a fresh engine with its cache on or off; their inputs (clips by language, the chat prompts)."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
+
+# isort: split
+import numpy as np
+import torch
+import transformers
+from cache_texts import CHAT_QUESTIONS, SYSTEM_PROMPT, WARMUP_QUESTIONS
+from common import EngineRun, timed_run
+
+from seq2seq_engine import LLM, SamplingParams
+from seq2seq_engine.audio import SAMPLE_RATE
+
+WHISPER_MODES = ("plain", "words", "detect")   # language given; + word timestamps; language detected
+
+
+@dataclasses.dataclass
+class CacheRun(EngineRun):
+    """One timed run of one configuration, with its counters (encoder runs, prefix hits, TTFTs, ...)."""
+
+    stats: Dict[str, object] = dataclasses.field(default_factory=dict)
+
+
+def measured(engine: str, dtype: str, run_once: Callable[[], list]) -> CacheRun:
+    """One timed run (a second one would find the first's content cached) as a CacheRun."""
+    base = timed_run(engine, dtype, 1, run_once)
+    return CacheRun(**{field.name: getattr(base, field.name) for field in dataclasses.fields(EngineRun)})
+
+
+def cache_label(cache_on: bool) -> str:
+    return "on" if cache_on else "off"
+
+
+# ---------------------------------------------------------------------------------------------- Whisper
+@dataclasses.dataclass
+class WhisperCacheJob:
+    hf_dir: str
+    groups: List[Tuple[str, List[np.ndarray]]]   # (language code, its clips): one transcribe call each
+    threads: int = 2
+    warmup: bool = True
+
+
+def clip_groups(clips) -> List[Tuple[str, List[np.ndarray]]]:
+    """transcribe.py's clips grouped by their folder's language, in order."""
+    groups: Dict[str, List[np.ndarray]] = {}
+    for clip in clips:
+        groups.setdefault(clip.language, []).append(clip.samples)
+    return list(groups.items())
+
+
+def run_whisper(job: WhisperCacheJob, mode: str, cache_on: bool) -> CacheRun:
+    """Every language group through `llm.transcribe` (greedy, one decoding per window), the language given to it
+    (plain, words) or detected (detect); the encoder cache on or off."""
+    torch.set_num_threads(job.threads)
+    llm = LLM(job.hf_dir, enable_encoder_cache=cache_on)
+    options = dict(temperature=0.0, word_timestamps=mode == "words", use_tqdm=False)
+    detected: List[Optional[str]] = []
+    words = [0]
+
+    def transcribe(language: str, clips: List[np.ndarray]) -> List[str]:
+        results = llm.transcribe([(c, SAMPLE_RATE) for c in clips], language=None if mode == "detect" else language,
+                                 **options)
+        errors = [r.error for r in results if r.error]
+        if errors:
+            raise RuntimeError(f"{len(errors)} transcription errors, first: {errors[0]}")
+        detected.extend(r.language for r in results)
+        words[0] += sum(len(s.words or []) for r in results for s in r.segments)
+        return [r.text.strip() for r in results]
+
+    if job.warmup:   # a quieter copy of the first clip: other features, so nothing of the timed run is cached
+        language, clips = job.groups[0]
+        transcribe(language, [clips[0] * 0.5])
+    detected.clear()
+    words[0] = 0
+    runner = llm.llm_engine.model_runner
+    encoder_runs = runner.num_encoder_runs
+    run = measured(mode, cache_label(cache_on),
+                   lambda: [text for language, clips in job.groups for text in transcribe(language, clips)])
+    expected = [language for language, clips in job.groups for _ in clips]
+    run.stats = dict(encoder_runs=runner.num_encoder_runs - encoder_runs, words=words[0],
+                     languages_right=sum(d == e for d, e in zip(detected, expected)), clips=len(expected))
+    return run
+
+
+# ---------------------------------------------------------------------------------------------- chat
+@dataclasses.dataclass
+class ChatJob:
+    model_dir: str
+    prompts: List[List[int]]
+    warmup_prompts: List[List[int]]
+    new_tokens: int = 64
+    threads: int = 2
+    shared_prefix_tokens: int = 0
+
+
+def chat_prompt_ids(tokenizer, system: str, question: str) -> List[int]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+
+
+def chat_job(model_dir: str, num_requests: int, new_tokens: int, threads: int) -> ChatJob:
+    """`num_requests` different questions after the one system prompt, through the model's chat template."""
+    if num_requests > len(CHAT_QUESTIONS):
+        raise ValueError(f"at most {len(CHAT_QUESTIONS)} chat requests, got {num_requests}")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    prompts = [chat_prompt_ids(tokenizer, SYSTEM_PROMPT, q) for q in CHAT_QUESTIONS[:num_requests]]
+    warmup = [chat_prompt_ids(tokenizer, "You are a helpful assistant.", q) for q in WARMUP_QUESTIONS]
+    shared = min(next((i for i, ids in enumerate(zip(*prompts)) if len(set(ids)) > 1), len(p)) for p in prompts)
+    return ChatJob(model_dir, prompts, warmup, new_tokens, threads, shared)
+
+
+def step_all(engine, prompts: List[List[int]], params: SamplingParams, first_token_s: Dict[str, float]
+             ) -> List[List[int]]:
+    """Every prompt queued at once, then the engine stepped until all finish; the seconds from the start to the
+    step that returned each request's first token go into `first_token_s`."""
+    start = time.perf_counter()
+    request_ids = [f"chat-{i}" for i in range(len(prompts))]
+    for request_id, prompt in zip(request_ids, prompts):
+        engine.add_request(request_id, {"prompt_token_ids": prompt}, params)
+    finished = {}
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+        now = time.perf_counter() - start
+        for output in outputs:
+            if output.request_id not in first_token_s and output.outputs and output.outputs[0].token_ids:
+                first_token_s[output.request_id] = now
+            if output.finished:
+                finished[output.request_id] = list(output.outputs[0].token_ids)
+    return [finished[request_id] for request_id in request_ids]
+
+
+def run_chat(job: ChatJob, cache_on: bool) -> CacheRun:
+    """The chat batch through one LLMEngine stepped here, automatic prefix caching on or off."""
+    torch.set_num_threads(job.threads)
+    llm = LLM(job.model_dir, enable_prefix_caching=cache_on)
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=job.new_tokens, min_tokens=job.new_tokens)
+    llm.generate([{"prompt_token_ids": p} for p in job.warmup_prompts],
+                 SamplingParams(temperature=0.0, max_tokens=2), use_tqdm=False)
+    prefix_cache = engine.scheduler.block_manager.prefix_cache
+    hits = prefix_cache.num_hit_tokens if prefix_cache else 0
+    first_token_s: Dict[str, float] = {}
+    run = measured("chat", cache_label(cache_on), lambda: step_all(engine, job.prompts, params, first_token_s))
+    ttfts = sorted(first_token_s.values())
+    run.stats = dict(ttft_p50_s=statistics.median(ttfts), ttft_p90_s=ttfts[int(0.9 * (len(ttfts) - 1))],
+                     generated_tokens=sum(len(o) for o in run.outputs),
+                     prefix_hit_tokens=(prefix_cache.num_hit_tokens - hits) if prefix_cache else 0,
+                     prompt_tokens=sum(len(p) for p in job.prompts))
+    return run
