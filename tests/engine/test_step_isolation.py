@@ -14,9 +14,15 @@ PARAMS = [SamplingParams(max_tokens=8, temperature=0.0), SamplingParams(max_toke
 
 
 @pytest.fixture(scope="module")
-def llm(tmp_path_factory):
-    model_dir, _ = build_tiny_model("bart", tmp_path_factory.mktemp("bart"))
-    return LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01)
+def model_dir(tmp_path_factory):
+    return build_tiny_model("bart", tmp_path_factory.mktemp("bart"))[0]
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    # The tests send the same prompts again: without the encoder cache every step runs its encoders (what the
+    # failing forwards look at).
+    return LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01, enable_encoder_cache=False)
 
 
 @pytest.fixture
@@ -95,3 +101,32 @@ def test_an_audio_model_refuses_a_text_prompt_before_any_step(tmp_path):
     with pytest.raises(ValueError, match="transcribes audio: its encoder prompt needs multi_modal_data"):
         whisper.generate([{"prompt_token_ids": [1, 2, 3]}], PARAMS[0], use_tqdm=False)
     assert _pool_is_empty(whisper)
+
+
+def test_a_shared_encoder_output_is_computed_by_a_survivor_when_its_first_holder_fails(model_dir, monkeypatch):
+    """Two requests with the same document: the first (whose decoder prompt the model refuses) would run the shared
+    encoder; it is aborted, and the step run again without it runs the encoder for the second."""
+    cached = LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01)
+    document = PROMPTS[0]["prompt_token_ids"]
+    survivor = {"encoder_prompt": {"prompt_token_ids": document}, "decoder_prompt": {"prompt_token_ids": [2, 11]}}
+    clean = cached.generate([survivor], PARAMS[0], use_tqdm=False)
+    model = cached.llm_engine.model_runner.model
+    original = model.forward
+
+    def forward(input_ids, *args, **kwargs):
+        if bool((input_ids == POISON).any()):
+            raise RuntimeError("poisoned input")
+        return original(input_ids, *args, **kwargs)
+    monkeypatch.setattr(model, "forward", forward)
+    other = {"prompt_token_ids": [r + 1 for r in document]}  # evicts nothing: a different document
+    poisoned = {"encoder_prompt": {"prompt_token_ids": document[::-1]},
+                "decoder_prompt": {"prompt_token_ids": [2, POISON]}}
+    fresh_survivor = {"encoder_prompt": poisoned["encoder_prompt"], "decoder_prompt": survivor["decoder_prompt"]}
+    runs_before = cached.llm_engine.model_runner.num_encoder_runs
+    outputs = cached.generate([poisoned, fresh_survivor, other], PARAMS[0], use_tqdm=False)
+    assert outputs[0].error == "RuntimeError: poisoned input" and outputs[1].error is None
+    reference = LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.01, enable_encoder_cache=False)
+    assert _tokens(outputs[1:]) == _tokens(reference.generate([fresh_survivor, other], PARAMS[0], use_tqdm=False))
+    # the failed step ran the shared encoder once, the step again without the failing request once more
+    assert cached.llm_engine.model_runner.num_encoder_runs - runs_before >= 2
+    assert clean[0].error is None and _pool_is_empty(cached)
