@@ -75,7 +75,8 @@ def test_three_spoken_turns_give_the_transcribe_text_of_their_spans(tiny_llm):
     for k, name in enumerate(NAMES):
         parts += [clip(name), pause(1.2, k + 1)]
     audio = np.concatenate(parts).astype(np.float32)
-    events = stream(tiny_llm, audio, LiveOptions(interim_interval_s=0.5))
+    # the final decode of each turn starts when it ends (no speculative decode): its span is known exactly
+    events = stream(tiny_llm, audio, LiveOptions(interim_interval_s=0.5, speculative_silence_ms=None))
     items = check_items(events)
     assert len(items) == 3
     interim_deltas = 0
@@ -93,6 +94,19 @@ def test_three_spoken_turns_give_the_transcribe_text_of_their_spans(tiny_llm):
         else:  # it continues the deltas, which may differ from the plain decode in case and punctuation
             assert jiwer.wer(" ".join(words(expected.text)), " ".join(words(transcript))) <= WER
     assert interim_deltas >= 1  # text agreed while the turn was spoken
+    reference = " ".join(open(os.path.join(require_speech_clips(), "en", n[:-4] + ".txt")).read() for n in NAMES[1:])
+    assert jiwer.wer(" ".join(words(reference)), " ".join(words(" ".join(t for _, _, t in items[1:])))) < 0.1
+
+
+def test_speculative_final_decodes_keep_the_words(tiny_llm):
+    """With the default speculative decode (started 160 ms into each silence, kept when the silence lasts) the turns
+    read as the reference text, and deltas still prefix each transcript."""
+    parts = [pause(1.0, 0)]
+    for k, name in enumerate(NAMES):
+        parts += [clip(name), pause(1.2, k + 1)]
+    audio = np.concatenate(parts).astype(np.float32)
+    items = check_items(stream(tiny_llm, audio, LiveOptions(interim_interval_s=0.5)))
+    assert len(items) == 3 and all(sent == transcript for _, sent, transcript in items)
     reference = " ".join(open(os.path.join(require_speech_clips(), "en", n[:-4] + ".txt")).read() for n in NAMES[1:])
     assert jiwer.wer(" ".join(words(reference)), " ".join(words(" ".join(t for _, _, t in items[1:])))) < 0.1
 

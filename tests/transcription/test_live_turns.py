@@ -85,8 +85,8 @@ def feed(session, audio, seconds, start=0.0, chunk=640):
 
 def test_a_turn_starts_with_its_padding_and_stops_after_the_silence(audio):
     vad = ScriptedVad(frames((0.1, 1.0), (0.9, 2.0), (0.2, 1.0)))
-    session = LiveSession(LiveOptions(interim_interval_s=5.0, turn_detection=TurnDetection(0.5, 200, 320)),
-                          TextDecoder(), vad)
+    session = LiveSession(LiveOptions(interim_interval_s=5.0, turn_detection=TurnDetection(0.5, 200, 320),
+                                      speculative_silence_ms=None), TextDecoder(), vad)
     events = feed(session, audio, 4.0)
     item = events[0].item_id
     start_frame, stop_frame = round(SR / FRAME), round(SR / FRAME) + round(2 * SR / FRAME) + 10  # 10 frames = 320 ms
@@ -105,7 +105,7 @@ def test_a_turn_starts_with_its_padding_and_stops_after_the_silence(audio):
 
 def test_interim_decodes_one_at_a_time_and_deltas_agree_and_prefix_the_transcript(audio):
     vad = ScriptedVad(frames((0.9, 4.0), (0.0, 1.0)))
-    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), vad)
+    session = LiveSession(LiveOptions(interim_interval_s=1.0, speculative_silence_ms=None), TextDecoder(), vad)
     feed(session, audio, 1.05)
     [first] = session.take_requests()
     assert first.prompt["interim"] and len(first.prompt["samples"]) >= SR
@@ -155,7 +155,8 @@ class RetokenizingDecoder(TextDecoder):
 
 
 def test_a_final_text_that_disagrees_keeps_the_deltas_and_completes_with_its_own_text(audio):
-    session = LiveSession(LiveOptions(interim_interval_s=1.0), RetokenizingDecoder(), ScriptedVad(frames((0.9, 3.1))))
+    session = LiveSession(LiveOptions(interim_interval_s=1.0, speculative_silence_ms=None), RetokenizingDecoder(),
+                          ScriptedVad(frames((0.9, 3.1))))
     feed(session, audio, 1.1)
     answer(session, session.take_requests()[0], "the cap")
     feed(session, audio, 1.0, start=1.1)
@@ -282,3 +283,64 @@ def test_decodes_of_a_cleared_turn_stay_pending_for_abort_and_their_outputs_chan
     events = feed(session, audio, 0.5, start=1.1)
     assert isinstance(events[0], SpeechStarted) and events[0].item_id != started.item_id
     assert events[0].audio_start_ms == 1100  # the cleared audio is gone: no padding from before the clear
+
+
+def _spoken_turn(audio, silence_seconds, **options):
+    """A session whose scripted VAD hears 2 s of speech, then `silence_seconds` of silence, fed to the end."""
+    vad = ScriptedVad(frames((0.9, 2.0), (0.0, silence_seconds)))
+    session = LiveSession(LiveOptions(interim_interval_s=30.0, **options), TextDecoder(), vad)
+    return session, feed(session, audio, 2.0 + silence_seconds)
+
+
+def test_a_speculative_decode_that_finishes_before_the_turn_ends_completes_it_at_the_commit(audio):
+    session, events = _spoken_turn(audio, 0.3)  # 300 ms of silence: past 160 ms, before 500 ms
+    assert not any(isinstance(e, Committed) for e in events)
+    [speculative] = session.take_requests()
+    speech_end = round(2.0 * SR / FRAME) * FRAME
+    assert not speculative.prompt["interim"] and speculative.prompt["prefix_text"] is None
+    # it covers the speech and the first 160 ms of silence (whole VAD frames)
+    assert speech_end + 160 * 16 <= len(speculative.prompt["samples"]) <= speech_end + 160 * 16 + FRAME
+    assert answer(session, speculative, "Hello there.") == []  # kept until the turn ends
+    events = feed(session, audio, 0.5, start=2.3)
+    item = events[0].item_id
+    assert [type(e) for e in events] == [SpeechStopped, Committed, Delta, Completed]
+    assert events[-1] == Completed(item, "Hello there.", events[-1].audio_seconds)
+    assert session.take_requests() == [] and session.pending_request_ids() == []
+
+
+def test_a_speculative_decode_still_running_at_the_commit_becomes_the_final_decode(audio):
+    session, events = _spoken_turn(audio, 1.0)
+    [speculative] = session.take_requests()
+    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped, Committed]
+    assert session.take_requests() == []  # no second decode of the turn
+    assert session.pending_request_ids() == [speculative.request_id]
+    events = answer(session, speculative, "Hello there.")
+    assert [type(e) for e in events] == [Delta, Completed] and events[-1].transcript == "Hello there."
+
+
+def test_speech_after_a_short_pause_drops_the_speculative_decode(audio):
+    vad = ScriptedVad(frames((0.9, 1.0), (0.0, 0.3), (0.9, 1.0), (0.0, 1.0)))
+    session = LiveSession(LiveOptions(interim_interval_s=30.0), TextDecoder(), vad)
+    feed(session, audio, 1.3)
+    [stale] = session.take_requests()
+    feed(session, audio, 2.0, start=1.3)
+    [fresh] = session.take_requests()
+    assert len(fresh.prompt["samples"]) > len(stale.prompt["samples"]) + 0.9 * SR
+    assert answer(session, stale, "Hello") == []  # stale: its text is not used
+    events = answer(session, fresh, "Hello there, friend.")
+    assert events[-1].transcript == "Hello there, friend." and session.pending_request_ids() == []
+
+
+def test_a_busy_owner_drops_the_speculative_decode_and_the_commit_decodes_the_turn(audio):
+    session, _ = _spoken_turn(audio, 0.3)
+    assert session.take_requests(interim=False) == []
+    events = feed(session, audio, 0.5, start=2.3)
+    assert [type(e) for e in events] == [SpeechStopped, Committed]
+    [final] = session.take_requests(interim=False)  # a final decode is never dropped
+    assert len(final.prompt["samples"]) > 2.4 * SR
+    assert answer(session, final, "Hello there.")[-1].transcript == "Hello there."
+
+
+def test_speculative_silence_is_validated():
+    with pytest.raises(ValueError, match="speculative_silence_ms"):
+        LiveOptions(speculative_silence_ms=-1)

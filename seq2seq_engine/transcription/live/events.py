@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import List, Optional, Union
+
+from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.transcription.live.turn import Turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,3 +57,25 @@ class Completed:
 
 
 LiveEvent = Union[SpeechStarted, SpeechStopped, Committed, Cleared, Delta, Completed]
+
+
+def audio_ms(sample: int) -> int:
+    """Milliseconds of stream audio before `sample`."""
+    return sample * 1000 // SAMPLE_RATE
+
+
+def delta_events(turn: Turn, new: List[str]) -> List["LiveEvent"]:
+    """A Delta of the turn's newly agreed words, if any."""
+    return [Delta(turn.item_id, turn.agreement.delta_text(new))] if new else []
+
+
+def completed_events(turns: List[Turn]) -> List["LiveEvent"]:
+    """Completed for each finished turn at the front of `turns` (the committed ones, in commit order; each is taken
+    off the list), each after the Delta of its words beyond the deltas sent."""
+    events: List[LiveEvent] = []
+    while turns and turns[0].done:
+        turn = turns.pop(0)
+        events += delta_events(turn, turn.agreement.confirm(turn.words))
+        audio_seconds = (turn.end - turn.start) / SAMPLE_RATE
+        events.append(Completed(turn.item_id, " ".join(turn.words), audio_seconds))
+    return events

@@ -28,13 +28,16 @@ class LiveOptions:
     """language (None: English for English-only models; a multilingual model's is detected once, on the first
     speech decoded, and kept for the whole stream), prompt (text the turns are conditioned on),
     turn_detection (None: only commit() ends a turn), interim_interval_s (audio between interim decodes),
-    max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early)."""
+    max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early), speculative_silence_ms
+    (with server VAD: after this much silence the turn is decoded as if it had ended, and that decode is its final
+    one if the silence lasts; None: the final decode starts when the turn ends)."""
 
     language: Optional[str] = None
     prompt: Optional[str] = None
     turn_detection: Optional[TurnDetection] = TurnDetection()
     interim_interval_s: float = 1.0
     max_buffered_s: float = 60.0
+    speculative_silence_ms: Optional[int] = 160
 
     def __post_init__(self) -> None:
         if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):
@@ -47,3 +50,7 @@ class LiveOptions:
             raise ValueError(f"interim_interval_s must be in [0.1, 30], got {self.interim_interval_s!r}")
         if not isinstance(self.max_buffered_s, (int, float)) or not 1.0 <= self.max_buffered_s <= 3600.0:
             raise ValueError(f"max_buffered_s must be in [1, 3600], got {self.max_buffered_s!r}")
+        speculative = self.speculative_silence_ms
+        if speculative is not None and (isinstance(speculative, bool) or not isinstance(speculative, int)
+                                        or not 0 <= speculative <= 10_000):
+            raise ValueError(f"speculative_silence_ms must be None or an integer in [0, 10000], got {speculative!r}")

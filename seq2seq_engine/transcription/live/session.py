@@ -11,9 +11,10 @@ from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.transcription.live.audio_buffer import AudioBuffer, check_samples
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.live.decoder import LiveDecoder
-from seq2seq_engine.transcription.live.events import (Cleared, Committed, Completed, Delta, LiveEvent, SpeechStarted,
-                                                      SpeechStopped)
+from seq2seq_engine.transcription.live.events import (Cleared, Committed, LiveEvent, SpeechStarted, SpeechStopped,
+                                                      audio_ms, completed_events, delta_events)
 from seq2seq_engine.transcription.live.options import LiveOptions, TurnDetection
+from seq2seq_engine.transcription.live.speculation import Speculation, adoptable, final_prefix
 from seq2seq_engine.transcription.live.turn import Turn
 from seq2seq_engine.transcription.live.vad_stream import StreamingVad
 
@@ -22,29 +23,23 @@ __all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession"]
 WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next
 MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # commit() of less than 100 ms of audio is refused (as OpenAI's)
 SILENCE_MARGIN = 0.15  # a silence starts below threshold - 0.15 and continues below threshold (Silero's rule)
-INTERIM, PART, DETECT = "interim", "part", "language"
+INTERIM, PART, DETECT, SPECULATIVE = "interim", "part", "language", "speculative"
+BEST_EFFORT = (INTERIM, SPECULATIVE)  # decodes an owner whose engine is busy may drop
 
 
 class LiveSession:
     """One live transcription. Sans-IO: it never touches the engine; `take_requests` hands out the decodes to run
     and `on_output` takes their tokens back. Every method returns the events it caused, in order.
 
-    A turn's audio is decoded again every `interim_interval_s` of new audio while it is spoken (one interim decode
-    in flight at most: a tick that finds one still running is skipped); the words two consecutive decodes agree on
-    go out as Deltas (LocalAgreement-2). At the end of the turn one final decode of its audio completes them: while
-    the latest interim decode still starts with the text the deltas carried, that text is forced as the start of
-    the final transcript (Whisper's prefix), so Completed's transcript starts with the deltas and a last Delta
-    carries the rest. Otherwise (no delta sent, or the decodes have moved away from it since: forcing a stale text
-    derails Whisper) the final decode is the plain greedy decode of the turn, as `transcribe` with temperature 0
-    decodes it; should its text not start with the deltas, the deltas stay as sent (nothing is retracted), no last
-    Delta follows, and the transcript is the final text: a client shows the deltas while the turn is spoken and
-    replaces them with the transcript on Completed. A turn longer than 30 s rolls over: its first
-    30 s are decoded as a final part of their own, and the next window is decoded with that text as its prompt; the
-    transcript joins the parts. Completed events come in the order the turns were committed. `max_buffered_s`
-    bounds the audio held: a turn whose uncommitted audio grows beyond it is committed early (SpeechStopped and
-    Committed at that point, and with server VAD still hearing speech a new turn starts right after). With
-    turn_detection None a turn is all audio appended since the last commit; it has no interim decodes (its item
-    exists from the commit on).
+    While a turn is spoken it is decoded again every `interim_interval_s` of new audio (one interim decode in flight
+    at most); the words two consecutive decodes agree on go out as Deltas (LocalAgreement-2). One final decode
+    completes the turn, forced to start with the deltas while the interim decodes still agree with them, else the
+    plain greedy decode (nothing sent is retracted; Completed carries the final text). With server VAD the final
+    decode may start early: after `speculative_silence_ms` of silence the audio so far is decoded as the final part
+    would be, and kept if the silence lasts until the turn ends. A turn over 30 s rolls over, the next window
+    prompted with the text before; Completed events come in commit order; `max_buffered_s` commits a turn early.
+    With turn_detection None a turn is all audio appended since the last commit, without interim decodes.
+    docs/decisions.md §80 gives the rules and their reasons.
     """
 
     def __init__(self, options: LiveOptions, decoder: LiveDecoder, vad: Optional[StreamingVad] = None,
@@ -91,7 +86,7 @@ class LiveSession:
                 self._audio.drop_before(self.vad.frames_done * StreamingVad.frame_samples - pad)
         if self._current is not None and self.buffered_seconds > self.options.max_buffered_s:
             if self.vad is not None:
-                events.append(SpeechStopped(self._current.item_id, _ms(self._audio.end)))
+                events.append(SpeechStopped(self._current.item_id, audio_ms(self._audio.end)))
             events += self._commit(self._current, self._audio.end)
         return events
 
@@ -118,7 +113,7 @@ class LiveSession:
                 self._forget(rid)
             self._current = None
         self._audio.drop_before(self._audio.end)
-        return [Cleared()] + self._flush()
+        return [Cleared()] + completed_events(self._turns)
 
     # ------------------------------------------------------------------ the owner's side
     def take_requests(self, interim: bool = True) -> List[DecodeRequest]:
@@ -128,7 +123,7 @@ class LiveSession:
         text is best effort, and the next interval's tick tries again."""
         out, self._queue = self._queue, []
         if not interim:
-            for request in [r for r in out if r.request_id == self._interim]:
+            for request in [r for r in out if self._pending.get(r.request_id, (None, None))[1] in BEST_EFFORT]:
                 self._forget(request.request_id)
                 out.remove(request)
         self._submitted.update(r.request_id for r in out)
@@ -146,16 +141,20 @@ class LiveSession:
         if turn.dropped:
             return []
         text = self.decoder.text(token_ids, prefix) if prefix else self.decoder.text(token_ids)
+        if kind == SPECULATIVE:
+            if turn.speculative is not None and turn.speculative.request_id == request_id:
+                turn.speculative.text = text  # the final part's text, should the silence last
+            return []
         if kind == INTERIM:
             if turn is not self._current or index != len(turn.parts) or not self.decoder.usable_interim(text):
                 return []  # the turn ended or rolled over since (its final parts decide), or a repetition loop
             words = " ".join(turn.text_before() + [text]).split()
-            return self._deltas(turn, turn.agreement.insert(words))
+            return delta_events(turn, turn.agreement.insert(words))
         turn.parts[index] = text
         self._start_waiting(turn)
         if turn.committed or self.vad is None:  # without VAD the item exists from its commit on
-            return self._flush()
-        return self._deltas(turn, turn.agreement.confirm(turn.words))
+            return completed_events(self._turns)
+        return delta_events(turn, turn.agreement.confirm(turn.words))
 
     def pending_request_ids(self) -> List[str]:
         """Requests handed out by take_requests and not finished: what to abort when the stream closes."""
@@ -183,18 +182,23 @@ class LiveSession:
                 return []
             pad = detection.prefix_padding_ms * SAMPLE_RATE // 1000
             self._current = turn = self._open(max(self._audio.start, end - StreamingVad.frame_samples - pad))
-            return [SpeechStarted(turn.item_id, _ms(turn.start))]
+            return [SpeechStarted(turn.item_id, audio_ms(turn.start))]
         if prob >= detection.threshold:
-            turn.silence_frames, turn.speech_in_part = 0, True
+            turn.silence_frames, turn.speech_in_part, turn.speculative = 0, True, None
         elif prob < detection.threshold - SILENCE_MARGIN or turn.silence_frames:
             turn.silence_frames += 1
         silence_ms = turn.silence_frames * StreamingVad.frame_samples * 1000 // SAMPLE_RATE
         if turn.silence_frames and silence_ms >= detection.silence_duration_ms:
-            return [SpeechStopped(turn.item_id, _ms(end))] + self._commit(turn, end)
+            return [SpeechStopped(turn.item_id, audio_ms(end))] + self._commit(turn, end)
         self._roll(turn, end)
+        speculative_ms = self.options.speculative_silence_ms
+        if (speculative_ms is not None and turn.silence_frames and silence_ms >= speculative_ms
+                and turn.speculative is None and turn.speech_in_part and not turn.waiting and turn.parts_known()):
+            self._speculate(turn, end)
         if end - turn.interim_mark >= self.options.interim_interval_s * SAMPLE_RATE:
             turn.interim_mark = end
-            if self._interim is None and not turn.waiting and turn.parts_known():
+            # no interim decode while the speculative decode of the same audio runs
+            if self._interim is None and not turn.waiting and turn.parts_known() and turn.speculative is None:
                 prompt = self._prompt_text(turn, len(turn.parts))
                 self._interim = self._request(turn, INTERIM, len(turn.parts),
                                               self._audio.slice(turn.part_start, end), prompt)
@@ -208,16 +212,35 @@ class LiveSession:
             turn.part_start = cut
             self._audio.drop_before(cut)
 
+    def _speculate(self, turn: Turn, end: int) -> None:
+        """Decode the turn's current part up to `end` as its final decode would be made now."""
+        index = len(turn.parts)
+        prefix = final_prefix(turn, index)
+        request_id = self._request(turn, SPECULATIVE, index, self._audio.slice(turn.part_start, end),
+                                   self._prompt_text(turn, index), prefix)
+        if request_id is not None:
+            turn.speculative = Speculation(request_id, end, index, prefix)
+
     def _commit(self, turn: Turn, end: int) -> List[LiveEvent]:
-        """The turn's audio ends at `end`: its last part is decoded (not when the VAD heard no speech in it)."""
+        """The turn's audio ends at `end`: its last part is decoded (not when the VAD heard no speech in it), or is
+        the speculative decode made when the silence began."""
         self._roll(turn, end)
-        samples = self._audio.slice(turn.part_start, end)
-        self._add_part(turn, samples, decode=len(samples) > 0 and (self.vad is None or turn.speech_in_part))
+        speculation = turn.speculative
+        speculation = adoptable(turn, speculation is not None and speculation.request_id in self._pending)
+        if speculation is not None:
+            turn.parts.append(speculation.text)
+            turn.speech_in_part = False
+            if speculation.text is None:  # still running: its output completes the part
+                self._pending[speculation.request_id] = (turn, PART, speculation.index, speculation.prefix)
+        else:
+            samples = self._audio.slice(turn.part_start, end)
+            self._add_part(turn, samples, decode=len(samples) > 0 and (self.vad is None or turn.speech_in_part))
+        turn.speculative = None
         turn.committed, turn.end = True, end
         self._audio.drop_before(end)
         self._current = None
         previous, self._last_item = self._last_item, turn.item_id
-        return [Committed(turn.item_id, previous)] + self._flush()
+        return [Committed(turn.item_id, previous)] + completed_events(self._turns)
 
     def _add_part(self, turn: Turn, samples: np.ndarray, decode: bool) -> None:
         turn.parts.append(None if decode else "")
@@ -230,11 +253,7 @@ class LiveSession:
         """Queue the final decode of each waiting part whose prompt (the text of the parts before it) is known."""
         while turn.waiting and turn.parts_known(turn.waiting[0][0]):
             index, samples = turn.waiting.pop(0)
-            before = " ".join(turn.text_before(index)).split()
-            sent = turn.agreement.emitted
-            agreed = sent[:len(before)] == before and turn.agreement.holds()
-            prefix = " ".join(sent[len(before):]) if agreed else ""
-            self._request(turn, PART, index, samples, self._prompt_text(turn, index), prefix or None)
+            self._request(turn, PART, index, samples, self._prompt_text(turn, index), final_prefix(turn, index))
 
     def _prompt_text(self, turn: Turn, index: int) -> Optional[str]:
         texts = ([self.options.prompt] if self.options.prompt else []) + turn.text_before(index)
@@ -270,23 +289,3 @@ class LiveSession:
         self._submitted.discard(request_id)
         if self._interim == request_id:
             self._interim = None
-
-    # ------------------------------------------------------------------ events out
-    def _flush(self) -> List[LiveEvent]:
-        """Completed for each finished turn at the front of the committed ones (in commit order), each after the
-        Delta of its words beyond the deltas sent."""
-        events: List[LiveEvent] = []
-        while self._turns and self._turns[0].done:
-            turn = self._turns.pop(0)
-            events += self._deltas(turn, turn.agreement.confirm(turn.words))
-            audio_seconds = (turn.end - turn.start) / SAMPLE_RATE
-            events.append(Completed(turn.item_id, " ".join(turn.words), audio_seconds))
-        return events
-
-    @staticmethod
-    def _deltas(turn: Turn, new: List[str]) -> List[LiveEvent]:
-        return [Delta(turn.item_id, turn.agreement.delta_text(new))] if new else []
-
-
-def _ms(sample: int) -> int:
-    return sample * 1000 // SAMPLE_RATE

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Turn:
     parts: List[Optional[str]] = dataclasses.field(default_factory=list)
     waiting: List[Tuple[int, np.ndarray]] = dataclasses.field(default_factory=list)
     agreement: LocalAgreement = dataclasses.field(default_factory=LocalAgreement)
+    speculative: Optional[Any] = None   # the Speculation (speculation.py) of the silence heard last, if any
 
     def __post_init__(self) -> None:
         self.part_start = self.interim_mark = self.start
