@@ -86,7 +86,7 @@ def run_ours(job: TranslateJob, cache_on: bool) -> CacheRun:
     runner = llm.llm_engine.model_runner
     encoder_runs = runner.num_encoder_runs
     run = measured("ours", cache_label(cache_on), lambda: translate(job.document, job.decoder_prompts(), params))
-    run.stats = dict(encoder_runs=runner.num_encoder_runs - encoder_runs)
+    run.stats["encoder_runs"] = runner.num_encoder_runs - encoder_runs
     return run
 
 
@@ -107,5 +107,5 @@ def run_hf(job: TranslateJob) -> CacheRun:
 
     translate(job.warmup_document(), job.decoder_prompts()[:2], 2)
     run = measured("hf", "n/a", lambda: translate(job.document, job.decoder_prompts(), job.new_tokens))
-    run.stats = dict(encoder_runs=len(job.language_tokens))   # the batch's encoder call encodes every row
+    run.stats["encoder_runs"] = len(job.language_tokens)   # the batch's encoder call encodes every row
     return run
