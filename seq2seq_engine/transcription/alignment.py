@@ -94,7 +94,8 @@ def _decode(decoder: Any, token_ids: Sequence[int], cross_kv: CrossKV, num_heads
 
 @torch.inference_mode()
 def alignment_pass(model: Any, features: Optional[torch.Tensor], token_ids: Sequence[int], heads: Sequence[Head],
-                   cross_kv: Optional[CrossKV] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                   cross_kv: Optional[CrossKV] = None,
+                   logit_rows: Optional[slice] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
     [n_mels, frames], read only when `cross_kv` is None; token_ids: the decoder input (prompt + generated tokens);
     cross_kv: the window's cross K/V per decoder layer (cached_cross_kv.py reads them from the engine's encoder
@@ -106,10 +107,11 @@ def alignment_pass(model: Any, features: Optional[torch.Tensor], token_ids: Sequ
     engine's state is touched.
 
     Returns (scores [len(heads), len(token_ids), encoder frames]: scaled q·kᵀ of the alignment heads, softmax
-    not applied; logits [len(token_ids), vocab], float32). Row i is the query at input position i.
+    not applied; logits [len(token_ids), vocab], float32, or only the rows `logit_rows` names: the LM head over
+    the whole vocabulary is most of the pass). Row i is the query at input position i.
     """
     if cross_kv is None:
         cross_kv = encoder_cross_kv(model, features)
     hidden, scores = _decode(model.model.decoder, token_ids, cross_kv, model.config.decoder_attention_heads,
                              list(heads))
-    return scores, model.compute_logits(hidden)
+    return scores, model.compute_logits(hidden if logit_rows is None else hidden[logit_rows])

@@ -48,7 +48,13 @@ class WindowDecoder:
         return self.engine.tokenizer.decode(token_ids, skip_special_tokens=True) if token_ids else ""
 
     def features(self, window: Window) -> torch.Tensor:
-        return features_for(self.engine, window.samples)
+        """The window's log-mel features. With word timing they are kept on the window until it is final (language
+        detection, each attempt and the alignment pass read the same ones); otherwise made for each request."""
+        if self.aligner is None:
+            return features_for(self.engine, window.samples)
+        if window.features is None:
+            window.features = features_for(self.engine, window.samples)
+        return window.features
 
     def prompt(self, state: InputState, window: Window, previous: Sequence[int]) -> WindowPrompt:
         """The window's decoder prompt, conditioned on `previous` (the initial prompt or the text kept so far)."""

@@ -23,6 +23,8 @@ class Window:
     silent: bool
     time_map: Optional[TimeMap] = None  # packed speech regions (vad_filter): window time -> input time
     num_samples: int = -1  # kept when the samples are released
+    # log-mel features kept for the window's later requests and its alignment pass (WindowDecoder.features)
+    features: Optional[torch.Tensor] = None
 
     def __post_init__(self) -> None:
         if self.num_samples < 0:
@@ -37,8 +39,8 @@ class Window:
         return self.num_samples / SAMPLE_RATE
 
     def release(self) -> None:
-        """Drop the samples once the window is final (its length and offset stay)."""
-        self.samples = _NO_SAMPLES
+        """Drop the samples (and features) once the window is final (its length and offset stay)."""
+        self.samples, self.features = _NO_SAMPLES, None
 
 
 def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:

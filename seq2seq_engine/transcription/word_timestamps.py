@@ -65,10 +65,12 @@ class WordAligner:
         if not text_tokens:
             return [], 0.0
         sequence = prompt + text_tokens + [self.tokens.eot]
-        scores, logits = alignment_pass(self.model, None, sequence, self.heads, self.cross_kv(features))
+        text_rows = slice(len(prompt) - 1, len(prompt) - 1 + len(text_tokens))  # the rows predicting the text
+        scores, text_logits = alignment_pass(self.model, None, sequence, self.heads, self.cross_kv(features),
+                                             logit_rows=text_rows)
         num_frames = max(1, min(scores.shape[-1], int(round(duration / FRAME_SECONDS))))
         matrix = alignment_matrix(scores_to_weights(scores, num_frames))[len(prompt) - 1:-1]
-        text_logits = logits[len(prompt) - 1:len(prompt) - 1 + len(text_tokens), :self.tokens.eot]
+        text_logits = text_logits[:, :self.tokens.eot]
         probs = text_logits.softmax(dim=-1)[torch.arange(len(text_tokens)), torch.tensor(text_tokens)]
         words = time_words(text_tokens, probs.cpu().numpy(), token_start_frames(matrix), self._decode,
                            self.tokens.eot, language, FRAME_SECONDS)
