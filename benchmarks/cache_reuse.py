@@ -26,7 +26,7 @@ import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cache_translation as translation  # noqa: E402
 from cache_workloads import (WHISPER_MODES, CacheRun, WhisperCacheJob, cache_label, chat_job, clip_groups,  # noqa: E402
-                             run_chat, run_whisper)
+                             run_chat, run_whisper_round)
 from common import agreement, environment_line, print_markdown, print_run_header, try_isolated  # noqa: E402
 from transcribe import load_clips  # noqa: E402
 
@@ -123,9 +123,11 @@ def whisper_workload(args: argparse.Namespace, failures: List[str], summary: lis
     audio_s = sum(len(clip.samples) for clip in clips) / SAMPLE_RATE
     print(f"\n## whisper: whisper-base, {len(clips)} clips ({audio_s:.1f} s) in {len(job.groups)} languages, one "
           f"transcribe call per language, greedy (temperature 0)", flush=True)
-    specs = [(f"whisper {mode} cache {cache_label(on)}", run_whisper, (job, mode, on))
-             for mode in WHISPER_MODES for on in (True, False)]
-    runs = interleaved(specs, args.rounds, failures)
+    rounds = interleaved([("whisper", run_whisper_round, (job,))], args.rounds, failures).get("whisper", [])
+    runs: Runs = {}
+    for round_run in rounds:
+        for label, run in round_run.configs.items():
+            runs.setdefault(label, []).append(run)
     rows = []
     for mode in WHISPER_MODES:
         for on in (True, False):

@@ -6,7 +6,7 @@ import dataclasses
 import resource
 import statistics
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
@@ -62,38 +62,64 @@ def clip_groups(clips) -> List[Tuple[str, List[np.ndarray]]]:
     return list(groups.items())
 
 
-def run_whisper(job: WhisperCacheJob, mode: str, cache_on: bool) -> CacheRun:
-    """Every language group through `llm.transcribe` (greedy, one decoding per window), the language given to it
-    (plain, words) or detected (detect); the encoder cache on or off."""
-    torch.set_num_threads(job.threads)
-    llm = LLM(job.hf_dir, enable_encoder_cache=cache_on)
-    options = dict(temperature=0.0, word_timestamps=mode == "words", use_tqdm=False)
-    detected: List[Optional[str]] = []
-    words = [0]
+def whisper_label(mode: str, cache_on: bool) -> str:
+    return f"whisper {mode} cache {cache_label(cache_on)}"
 
-    def transcribe(language: str, clips: List[np.ndarray]) -> List[str]:
-        results = llm.transcribe([(c, SAMPLE_RATE) for c in clips], language=None if mode == "detect" else language,
-                                 **options)
+
+@dataclasses.dataclass
+class RoundRun(CacheRun):
+    """One process's round of several configurations: wall = their total, configs = each one's run."""
+
+    configs: Dict[str, CacheRun] = dataclasses.field(default_factory=dict)
+
+
+def transcribe_groups(llm, job: WhisperCacheJob, mode: str, scale: float, counts: Dict[str, list]) -> List[str]:
+    """Every language group (its clips times `scale`) through `llm.transcribe`, greedy (one decoding per window),
+    the language given (plain, words) or detected (detect); the detected languages and the words go to `counts`."""
+    texts = []
+    for language, clips in job.groups:
+        results = llm.transcribe([(clip * scale, SAMPLE_RATE) for clip in clips], temperature=0.0, use_tqdm=False,
+                                 language=None if mode == "detect" else language, word_timestamps=mode == "words")
         errors = [r.error for r in results if r.error]
         if errors:
             raise RuntimeError(f"{len(errors)} transcription errors, first: {errors[0]}")
-        detected.extend(r.language for r in results)
-        words[0] += sum(len(s.words or []) for r in results for s in r.segments)
-        return [r.text.strip() for r in results]
+        counts["languages"] += [(r.language, language) for r in results]
+        counts["words"] += [len(s.words or []) for r in results for s in r.segments]
+        texts += [r.text.strip() for r in results]
+    return texts
 
-    if job.warmup:   # a quieter copy of the first clip: other features, so nothing of the timed run is cached
-        language, clips = job.groups[0]
-        transcribe(language, [clips[0] * 0.5])
-    detected.clear()
-    words[0] = 0
+
+def whisper_config_run(llm, job: WhisperCacheJob, mode: str, cache_on: bool, scale: float) -> CacheRun:
+    counts: Dict[str, list] = {"languages": [], "words": []}
     runner = llm.llm_engine.model_runner
     encoder_runs = runner.num_encoder_runs
-    run = measured(mode, cache_label(cache_on),
-                   lambda: [text for language, clips in job.groups for text in transcribe(language, clips)])
-    expected = [language for language, clips in job.groups for _ in clips]
-    run.stats.update(encoder_runs=runner.num_encoder_runs - encoder_runs, words=words[0],
-                     languages_right=sum(d == e for d, e in zip(detected, expected)), clips=len(expected))
+    run = measured(mode, cache_label(cache_on), lambda: transcribe_groups(llm, job, mode, scale, counts))
+    run.stats.update(encoder_runs=runner.num_encoder_runs - encoder_runs, words=sum(counts["words"]),
+                     languages_right=sum(found == given for found, given in counts["languages"]),
+                     clips=len(counts["languages"]))
     return run
+
+
+def run_whisper_round(job: WhisperCacheJob) -> RoundRun:
+    """One round in this process: an engine with the encoder cache on and one with it off, each warmed up in every
+    mode on a quieter copy of the first clip, then every mode on each engine in turn (plain on, plain off, words on,
+    ...). Each mode's audio is the clips times its own factor (0.998, 0.996, 0.994: the same speech, other
+    features), so no run finds an earlier run's windows cached; on and off of one mode read the same audio."""
+    torch.set_num_threads(job.threads)
+    engines = {on: LLM(job.hf_dir, enable_encoder_cache=on) for on in (True, False)}
+    if job.warmup:
+        warmup = dataclasses.replace(job, groups=[(job.groups[0][0], [job.groups[0][1][0]])])
+        for llm in engines.values():
+            for mode in WHISPER_MODES:
+                transcribe_groups(llm, warmup, mode, 0.5, {"languages": [], "words": []})
+    configs = {}
+    for index, mode in enumerate(WHISPER_MODES):
+        for on, llm in engines.items():
+            configs[whisper_label(mode, on)] = whisper_config_run(llm, job, mode, on, 1.0 - 0.002 * (index + 1))
+    total = sum(run.wall for run in configs.values())
+    return RoundRun("whisper", "round", total, [], walls=[total], configs=configs,
+                    load_rss_mib=min(run.load_rss_mib for run in configs.values()),
+                    run_peak_rss_mib=max(run.run_peak_rss_mib for run in configs.values()))
 
 
 # ---------------------------------------------------------------------------------------------- chat
