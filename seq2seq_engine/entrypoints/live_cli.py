@@ -94,6 +94,9 @@ def run_requests(engine: Any, session: LiveSession, events: List[Any]) -> None:
     (their events into `events`) and submit what they queued."""
     for request in session.take_requests():
         engine.add_request(request.request_id, request.prompt, request.params)
+    stale = session.take_stale()
+    if stale:
+        engine.abort_request(stale)
     if engine.has_unfinished_requests():
         for output in engine.step(finished_only=True):
             events += session.on_output(output.request_id, output.outputs[0].token_ids)

@@ -323,10 +323,14 @@ def test_speech_after_a_short_pause_drops_the_speculative_decode(audio):
     session = LiveSession(LiveOptions(interim_interval_s=30.0), TextDecoder(), vad)
     feed(session, audio, 1.3)
     [stale] = session.take_requests()
+    assert session.take_stale() == []
     feed(session, audio, 2.0, start=1.3)
+    assert session.take_stale() == [stale.request_id] and session.take_stale() == []  # the owner aborts it
     [fresh] = session.take_requests()
     assert len(fresh.prompt["samples"]) > len(stale.prompt["samples"]) + 0.9 * SR
-    assert answer(session, stale, "Hello") == []  # stale: its text is not used
+    assert session.pending_request_ids() == [fresh.request_id]
+    with pytest.raises(ValueError, match="request_id"):
+        answer(session, stale, "Hello")  # aborted: its output is not the session's any more
     events = answer(session, fresh, "Hello there, friend.")
     assert events[-1].transcript == "Hello there, friend." and session.pending_request_ids() == []
 
@@ -339,6 +343,15 @@ def test_a_busy_owner_drops_the_speculative_decode_and_the_commit_decodes_the_tu
     [final] = session.take_requests(interim=False)  # a final decode is never dropped
     assert len(final.prompt["samples"]) > 2.4 * SR
     assert answer(session, final, "Hello there.")[-1].transcript == "Hello there."
+
+
+def test_a_speculative_decode_not_yet_submitted_is_withdrawn_when_speech_resumes(audio):
+    vad = ScriptedVad(frames((0.9, 1.0), (0.0, 0.3), (0.9, 1.0), (0.0, 1.0)))
+    session = LiveSession(LiveOptions(interim_interval_s=30.0), TextDecoder(), vad)
+    feed(session, audio, 2.5)  # the pause's decode was queued, then speech came back before anyone took it
+    assert session.take_stale() == []
+    [fresh] = session.take_requests()  # only the decode of the silence after the second speech
+    assert len(fresh.prompt["samples"]) > 2.0 * SR and session.pending_request_ids() == [fresh.request_id]
 
 
 def test_speculative_silence_is_validated():

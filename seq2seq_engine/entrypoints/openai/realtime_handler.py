@@ -145,6 +145,10 @@ class RealtimeTranscription:
 
     # ---------------------------------------------------------------- engine side
     def _submit(self, owner: _Live, requests: List[Any]) -> None:
+        """Abort the session's stale decodes (speculative ones speech overtook), then submit its new ones."""
+        stale = [request_id for request_id in owner.session.take_stale() if self._owners.pop(request_id, None)]
+        if stale:
+            owner.state.loop.abort(*stale)
         for request in requests:
             self._owners[request.request_id] = owner
             owner.state.loop.add_request(request.request_id, request.prompt, request.params, self.sink)

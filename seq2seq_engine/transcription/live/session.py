@@ -64,6 +64,7 @@ class LiveSession:
         self._held: List[Tuple[Turn, int, np.ndarray, Optional[str], Optional[str]]] = []
         self._submitted: set = set()
         self._interim: Optional[str] = None
+        self._stale: List[str] = []  # submitted decodes whose output nobody needs any more (take_stale)
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ audio in
@@ -129,6 +130,12 @@ class LiveSession:
         self._submitted.update(r.request_id for r in out)
         return out
 
+    def take_stale(self) -> List[str]:
+        """Submitted decodes whose output is no longer needed (a speculative decode that speech overtook): the owner
+        aborts them, and hands them to `on_output` no more."""
+        stale, self._stale = self._stale, []
+        return stale
+
     def on_output(self, request_id: str, token_ids: List[int]) -> List[LiveEvent]:
         """A submitted decode finished with `token_ids`: Deltas, and Completed for a turn whose last decode it was.
         ValueError for a request id this transcription did not hand out or that finished already."""
@@ -184,7 +191,8 @@ class LiveSession:
             self._current = turn = self._open(max(self._audio.start, end - StreamingVad.frame_samples - pad))
             return [SpeechStarted(turn.item_id, audio_ms(turn.start))]
         if prob >= detection.threshold:
-            turn.silence_frames, turn.speech_in_part, turn.speculative = 0, True, None
+            turn.silence_frames, turn.speech_in_part = 0, True
+            self._drop_speculation(turn)
         elif prob < detection.threshold - SILENCE_MARGIN or turn.silence_frames:
             turn.silence_frames += 1
         silence_ms = turn.silence_frames * StreamingVad.frame_samples * 1000 // SAMPLE_RATE
@@ -211,6 +219,16 @@ class LiveSession:
             self._add_part(turn, self._audio.slice(turn.part_start, cut), decode=True)
             turn.part_start = cut
             self._audio.drop_before(cut)
+
+    def _drop_speculation(self, turn: Turn) -> None:
+        """Speech again: the turn's speculative decode is not its final one (queued: withdrawn; running: stale)."""
+        speculation, turn.speculative = turn.speculative, None
+        if speculation is None or speculation.request_id not in self._pending:
+            return
+        if speculation.request_id in self._submitted:
+            self._stale.append(speculation.request_id)
+        self._queue = [r for r in self._queue if r.request_id != speculation.request_id]
+        self._forget(speculation.request_id)
 
     def _speculate(self, turn: Turn, end: int) -> None:
         """Decode the turn's current part up to `end` as its final decode would be made now."""
