@@ -123,10 +123,10 @@ def whisper_workload(args: argparse.Namespace, failures: List[str], summary: lis
     audio_s = sum(len(clip.samples) for clip in clips) / SAMPLE_RATE
     print(f"\n## whisper: whisper-base, {len(clips)} clips ({audio_s:.1f} s) in {len(job.groups)} languages, one "
           f"transcribe call per language, greedy (temperature 0)", flush=True)
-    rounds = interleaved([("whisper", run_whisper_round, (job,))], args.rounds, failures).get("whisper", [])
     runs: Runs = {}
-    for round_run in rounds:
-        for label, run in round_run.configs.items():
+    for index in range(args.rounds):
+        round_run = try_isolated(failures, f"whisper (round {index + 1}/{args.rounds})", run_whisper_round, job, index)
+        for label, run in (round_run.configs if round_run else {}).items():
             runs.setdefault(label, []).append(run)
     rows = []
     for mode in WHISPER_MODES:

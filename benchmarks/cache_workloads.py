@@ -100,22 +100,25 @@ def whisper_config_run(llm, job: WhisperCacheJob, mode: str, cache_on: bool, sca
     return run
 
 
-def run_whisper_round(job: WhisperCacheJob) -> RoundRun:
+def run_whisper_round(job: WhisperCacheJob, round_index: int) -> RoundRun:
     """One round in this process: an engine with the encoder cache on and one with it off, each warmed up in every
-    mode on a quieter copy of the first clip, then every mode on each engine in turn (plain on, plain off, words on,
-    ...). Each mode's audio is the clips times its own factor (0.998, 0.996, 0.994: the same speech, other
-    features), so no run finds an earlier run's windows cached; on and off of one mode read the same audio."""
+    mode on a quieter copy of the first language's clips, then every mode on each engine in turn (plain on, plain
+    off, words on, ...), the modes' order rotated by `round_index` so that none is always the first. Each mode's
+    audio is the clips times its own factor (0.998, 0.996, 0.994: the same speech, other features), so no run finds
+    an earlier run's windows cached; on and off of one mode read the same audio."""
     torch.set_num_threads(job.threads)
     engines = {on: LLM(job.hf_dir, enable_encoder_cache=on) for on in (True, False)}
     if job.warmup:
-        warmup = dataclasses.replace(job, groups=[(job.groups[0][0], [job.groups[0][1][0]])])
+        warmup = dataclasses.replace(job, groups=job.groups[:1])
         for llm in engines.values():
             for mode in WHISPER_MODES:
                 transcribe_groups(llm, warmup, mode, 0.5, {"languages": [], "words": []})
     configs = {}
-    for index, mode in enumerate(WHISPER_MODES):
+    shift = round_index % len(WHISPER_MODES)
+    for mode in WHISPER_MODES[shift:] + WHISPER_MODES[:shift]:
+        scale = 1.0 - 0.002 * (WHISPER_MODES.index(mode) + 1)
         for on, llm in engines.items():
-            configs[whisper_label(mode, on)] = whisper_config_run(llm, job, mode, on, 1.0 - 0.002 * (index + 1))
+            configs[whisper_label(mode, on)] = whisper_config_run(llm, job, mode, on, scale)
     total = sum(run.wall for run in configs.values())
     return RoundRun("whisper", "round", total, [], walls=[total], configs=configs,
                     load_rss_mib=min(run.load_rss_mib for run in configs.values()),
