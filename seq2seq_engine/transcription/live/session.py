@@ -251,9 +251,9 @@ class LiveSession:
             if speculation.text is None:  # still running: its output completes the part
                 self._pending[speculation.request_id] = (turn, PART, speculation.index, speculation.prefix)
         else:
+            self._drop_speculation(turn)  # a guess the turn's end does not use: withdrawn or aborted
             samples = self._audio.slice(turn.part_start, end)
             self._add_part(turn, samples, decode=len(samples) > 0 and (self.vad is None or turn.speech_in_part))
-        turn.speculative = None
         turn.committed, turn.end = True, end
         self._audio.drop_before(end)
         self._current = None
