@@ -85,22 +85,23 @@ class BlockSpaceManager:
         """Prompt tokens of a waiting request that admission would find in the prefix cache."""
         return len(self._prefix_hits(seq_group)) * self.block_size
 
+    def _cached_cross_entry(self, seq_group: SequenceGroup) -> Optional[CrossEntry]:
+        """The cross entry of the request's encoder content, cached or being computed this step, if any."""
+        key = self._encoder_key(seq_group) if self.cross_cache is not None else None
+        return self.cross_cache.find(key) if key is not None else None
+
     def runs_encoder(self, seq_group: SequenceGroup) -> bool:
         """Whether admitting the request runs its encoder: no cross entry of its content is cached or being
         computed this step."""
-        key = self._encoder_key(seq_group) if self.cross_cache is not None else None
-        return seq_group.encoder_len > 0 and (key is None or self.cross_cache.find(key) is None)
+        return seq_group.encoder_len > 0 and self._cached_cross_entry(seq_group) is None
 
     def _num_required_blocks(self, seq_group: SequenceGroup) -> int:
         # Waiting decoder sequences share one prompt table, so it is counted once; cached blocks in use by other
         # requests cost nothing, evictable ones leave the free count when taken.
         hits = self._prefix_hits(seq_group)
         self_blocks = seq_group.get_seqs(SequenceStatus.WAITING)[0].n_blocks - sum(b.ref_count > 0 for b in hits)
-        cross_blocks = seq_group.num_cross_blocks
-        key = self._encoder_key(seq_group) if self.cross_cache is not None else None
-        entry = self.cross_cache.find(key) if key is not None else None
-        if entry is not None and entry.holders > 0:
-            cross_blocks = 0
+        entry = self._cached_cross_entry(seq_group)
+        cross_blocks = 0 if entry is not None and entry.holders > 0 else seq_group.num_cross_blocks
         return self_blocks + cross_blocks
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
@@ -159,12 +160,11 @@ class BlockSpaceManager:
             entry.computed = True
         if self.prefix_cache is None or not shares_prefix(seq_group.sampling_params):
             return
-        for seq in seq_group.get_unfinished_seqs():
+        for seq in seq_group.get_unfinished_seqs()[:1]:  # the sequences of a prefill share its prompt table
             num_full = min(num_computed_tokens, seq.get_len()) // self.block_size
             table = self.block_tables[seq.seq_id]
             for block_hash, block in zip(self._block_hashes(seq_group, seq, num_full), table):
                 self.prefix_cache.register(block_hash, block)
-            return  # the sequences of a prefill share its prompt table
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """Whether the free blocks cover what `append_slots` takes for each running sequence this step: a new block
