@@ -3,47 +3,10 @@ test_live_session.py): where turns start and stop, which audio each decode gets,
 deltas and Completed in commit order, clear, client commits, the 30 s rollover and the bound on buffered audio."""
 import numpy as np
 import pytest
+from transcription.live_script import FRAME, SR, ScriptedVad, TextDecoder, answer, feed, frames
 
 from seq2seq_engine.transcription.live import (Cleared, Committed, Completed, DecodeRequest, Delta, LiveOptions,
                                                LiveSession, SpeechStarted, SpeechStopped, TurnDetection)
-
-SR, FRAME = 16000, 512
-
-
-class ScriptedVad:
-    """Speech probability per frame from a script (frames past its end: 0)."""
-
-    frame_samples = FRAME
-
-    def __init__(self, script):
-        self.script, self.frames_done, self.pending = list(script), 0, 0
-
-    def feed(self, samples):
-        self.pending += len(samples)
-        count, self.pending = self.pending // FRAME, self.pending % FRAME
-        out = [self.script[k] if k < len(self.script) else 0.0
-               for k in range(self.frames_done, self.frames_done + count)]
-        self.frames_done += count
-        return np.array(out, dtype=np.float32)
-
-
-class TextDecoder:
-    """Requests carry their samples and prompt; the test answers each with the text it wants (tokens = bytes)."""
-
-    needs_language = False
-
-    def check_language(self, language):
-        return language
-
-    def request(self, request_id, samples, language, prompt_text, interim=False, prefix_text=None):
-        prompt = {"samples": samples, "prompt_text": prompt_text, "interim": interim, "prefix_text": prefix_text}
-        return DecodeRequest(request_id, prompt, None)
-
-    def text(self, token_ids, prefix_text=None):
-        return " ".join(filter(None, [prefix_text, bytes(token_ids).decode()]))
-
-    def usable_interim(self, text):
-        return True
 
 
 class DetectingDecoder(TextDecoder):
@@ -62,25 +25,9 @@ class DetectingDecoder(TextDecoder):
         return super().request(request_id, samples, language, prompt_text, interim, prefix_text)
 
 
-def answer(session, request, text):
-    return session.on_output(request.request_id, list(text.encode()))
-
-
-def frames(*runs):
-    """A script from (probability, seconds) runs."""
-    return [p for p, seconds in runs for _ in range(round(seconds * SR / FRAME))]
-
-
 @pytest.fixture()
 def audio():
     return np.random.default_rng(0).uniform(-0.5, 0.5, 80 * SR).astype(np.float32)
-
-
-def feed(session, audio, seconds, start=0.0, chunk=640):
-    events, first, last = [], int(start * SR), int((start + seconds) * SR)
-    for pos in range(first, last, chunk):
-        events += session.append(audio[pos:min(pos + chunk, last)])
-    return events
 
 
 def test_a_turn_starts_with_its_padding_and_stops_after_the_silence(audio):
@@ -123,7 +70,7 @@ def test_interim_decodes_one_at_a_time_and_deltas_agree_and_prefix_the_transcrip
     assert [type(e) for e in events] == [SpeechStopped, Committed]
     [final] = session.take_requests()
     assert not final.prompt["interim"] and final.prompt["prefix_text"] == "the cat"  # it continues the deltas
-    assert answer(session, third, "the cat sat on") == []  # the turn is committed: its final decode decides
+    assert session.take_stale() == [third.request_id]  # the turn is committed: its final decode decides
     events = answer(session, final, "sat on the mat.")
     assert [e.text for e in events[:-1]] == [" sat on the mat."]
     assert events[-1].transcript == "the cat sat on the mat."
@@ -143,7 +90,7 @@ def test_a_busy_owner_drops_the_interim_decode_and_the_next_tick_makes_one_again
     assert [type(e) for e in events] == [SpeechStopped, Committed]
     [final] = session.take_requests(interim=False)          # a final decode is always handed out
     assert not final.prompt["interim"]
-    assert answer(session, interim, "the cat") == []
+    assert session.take_stale() == [interim.request_id]    # the silence's decodes overtook it: the owner aborts it
     assert answer(session, final, "the cat sat on the mat.")[-1].transcript == "the cat sat on the mat."
 
 
@@ -283,77 +230,3 @@ def test_decodes_of_a_cleared_turn_stay_pending_for_abort_and_their_outputs_chan
     events = feed(session, audio, 0.5, start=1.1)
     assert isinstance(events[0], SpeechStarted) and events[0].item_id != started.item_id
     assert events[0].audio_start_ms == 1100  # the cleared audio is gone: no padding from before the clear
-
-
-def _spoken_turn(audio, silence_seconds, **options):
-    """A session whose scripted VAD hears 2 s of speech, then `silence_seconds` of silence, fed to the end."""
-    vad = ScriptedVad(frames((0.9, 2.0), (0.0, silence_seconds)))
-    session = LiveSession(LiveOptions(interim_interval_s=30.0, **options), TextDecoder(), vad)
-    return session, feed(session, audio, 2.0 + silence_seconds)
-
-
-def test_a_speculative_decode_that_finishes_before_the_turn_ends_completes_it_at_the_commit(audio):
-    session, events = _spoken_turn(audio, 0.3)  # 300 ms of silence: past 160 ms, before 500 ms
-    assert not any(isinstance(e, Committed) for e in events)
-    [speculative] = session.take_requests()
-    speech_end = round(2.0 * SR / FRAME) * FRAME
-    assert not speculative.prompt["interim"] and speculative.prompt["prefix_text"] is None
-    # it covers the speech and the first 160 ms of silence (whole VAD frames)
-    assert speech_end + 160 * 16 <= len(speculative.prompt["samples"]) <= speech_end + 160 * 16 + FRAME
-    assert answer(session, speculative, "Hello there.") == []  # kept until the turn ends
-    events = feed(session, audio, 0.5, start=2.3)
-    item = events[0].item_id
-    assert [type(e) for e in events] == [SpeechStopped, Committed, Delta, Completed]
-    assert events[-1] == Completed(item, "Hello there.", events[-1].audio_seconds)
-    assert session.take_requests() == [] and session.pending_request_ids() == []
-
-
-def test_a_speculative_decode_still_running_at_the_commit_becomes_the_final_decode(audio):
-    session, events = _spoken_turn(audio, 1.0)
-    [speculative] = session.take_requests()
-    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped, Committed]
-    assert session.take_requests() == []  # no second decode of the turn
-    assert session.pending_request_ids() == [speculative.request_id]
-    events = answer(session, speculative, "Hello there.")
-    assert [type(e) for e in events] == [Delta, Completed] and events[-1].transcript == "Hello there."
-
-
-def test_speech_after_a_short_pause_drops_the_speculative_decode(audio):
-    vad = ScriptedVad(frames((0.9, 1.0), (0.0, 0.3), (0.9, 1.0), (0.0, 1.0)))
-    session = LiveSession(LiveOptions(interim_interval_s=30.0), TextDecoder(), vad)
-    feed(session, audio, 1.3)
-    [stale] = session.take_requests()
-    assert session.take_stale() == []
-    feed(session, audio, 2.0, start=1.3)
-    assert session.take_stale() == [stale.request_id] and session.take_stale() == []  # the owner aborts it
-    [fresh] = session.take_requests()
-    assert len(fresh.prompt["samples"]) > len(stale.prompt["samples"]) + 0.9 * SR
-    assert session.pending_request_ids() == [fresh.request_id]
-    with pytest.raises(ValueError, match="request_id"):
-        answer(session, stale, "Hello")  # aborted: its output is not the session's any more
-    events = answer(session, fresh, "Hello there, friend.")
-    assert events[-1].transcript == "Hello there, friend." and session.pending_request_ids() == []
-
-
-def test_a_busy_owner_drops_the_speculative_decode_and_the_commit_decodes_the_turn(audio):
-    session, _ = _spoken_turn(audio, 0.3)
-    assert session.take_requests(interim=False) == []
-    events = feed(session, audio, 0.5, start=2.3)
-    assert [type(e) for e in events] == [SpeechStopped, Committed]
-    [final] = session.take_requests(interim=False)  # a final decode is never dropped
-    assert len(final.prompt["samples"]) > 2.4 * SR
-    assert answer(session, final, "Hello there.")[-1].transcript == "Hello there."
-
-
-def test_a_speculative_decode_not_yet_submitted_is_withdrawn_when_speech_resumes(audio):
-    vad = ScriptedVad(frames((0.9, 1.0), (0.0, 0.3), (0.9, 1.0), (0.0, 1.0)))
-    session = LiveSession(LiveOptions(interim_interval_s=30.0), TextDecoder(), vad)
-    feed(session, audio, 2.5)  # the pause's decode was queued, then speech came back before anyone took it
-    assert session.take_stale() == []
-    [fresh] = session.take_requests()  # only the decode of the silence after the second speech
-    assert len(fresh.prompt["samples"]) > 2.0 * SR and session.pending_request_ids() == [fresh.request_id]
-
-
-def test_speculative_silence_is_validated():
-    with pytest.raises(ValueError, match="speculative_silence_ms"):
-        LiveOptions(speculative_silence_ms=-1)

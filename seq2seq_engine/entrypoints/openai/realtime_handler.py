@@ -137,16 +137,16 @@ class RealtimeTranscription:
                    current: Optional[_Live] = None) -> None:
         current = current or await self._live(event.event_id)
         try:
-            events, requests = await run_in_threadpool(_call_and_take, current, call)
+            events, requests, stale = await run_in_threadpool(_call_and_take, current, call)
         except ValueError as error:
             raise RealtimeError(str(error), _code_of(event), None, event.event_id) from None
-        self._submit(current, requests)
+        self._submit(current, requests, stale)
         await self._emit(current, events)
 
     # ---------------------------------------------------------------- engine side
-    def _submit(self, owner: _Live, requests: List[Any]) -> None:
-        """Abort the session's stale decodes (speculative ones speech overtook), then submit its new ones."""
-        stale = [request_id for request_id in owner.session.take_stale() if self._owners.pop(request_id, None)]
+    def _submit(self, owner: _Live, requests: List[Any], stale: List[str]) -> None:
+        """Abort the session's stale decodes (ones a later decode overtook), then submit its new ones."""
+        stale = [request_id for request_id in stale if self._owners.pop(request_id, None)]
         if stale:
             owner.state.loop.abort(*stale)
         for request in requests:
@@ -175,9 +175,9 @@ class RealtimeTranscription:
             tokens: List[int] = []
         else:
             tokens = list(item.outputs[0].token_ids)
-        events, requests = await run_in_threadpool(
+        events, requests, stale = await run_in_threadpool(
             _call_and_take, owner, lambda live: live.session.on_output(item.request_id, tokens))
-        self._submit(owner, requests)
+        self._submit(owner, requests, stale)
         await self._emit(owner, events)
 
     async def _emit(self, owner: _Live, events: List[Any]) -> None:
@@ -196,12 +196,15 @@ class RealtimeTranscription:
         self._owners.clear()
 
 
-def _call_and_take(current: _Live, call: Callable[[_Live], List[Any]]) -> Tuple[List[Any], List[Any]]:
+def _call_and_take(current: _Live, call: Callable[[_Live], List[Any]]) -> Tuple[List[Any], List[Any], List[str]]:
+    """The session's events from `call`, the decodes to submit and the stale ones to abort."""
     events = list(call(current))
-    # Interim decodes only on an idle engine: each one runs a whole 30 s encoder window, and with several streams
-    # they would queue ahead of the turns' final decodes (the latency clients wait for).
-    idle = current.state.loop.requests_in_flight == 0
-    return events, list(current.session.take_requests(interim=idle))
+    stale = current.session.take_stale()
+    # Interim and speculative decodes only on an idle engine (the session's stale decodes, about to be aborted, do
+    # not count): each one runs a whole 30 s encoder window, and with several streams they would queue ahead of the
+    # turns' final decodes (the latency clients wait for).
+    idle = current.state.loop.requests_in_flight <= len(stale)
+    return events, list(current.session.take_requests(interim=idle)), stale
 
 
 def _code_of(event: ClientEvent) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from seq2seq_engine.transcription.live.decoder import LiveDecoder
 from seq2seq_engine.transcription.live.events import (Cleared, Committed, LiveEvent, SpeechStarted, SpeechStopped,
                                                       audio_ms, completed_events, delta_events)
 from seq2seq_engine.transcription.live.options import LiveOptions, TurnDetection
+from seq2seq_engine.transcription.live.request_book import DETECT, INTERIM, PART, SPECULATIVE, Pending, RequestBook
 from seq2seq_engine.transcription.live.speculation import Speculation, adoptable, final_prefix
 from seq2seq_engine.transcription.live.turn import Turn
 from seq2seq_engine.transcription.live.vad_stream import StreamingVad
@@ -23,8 +24,6 @@ __all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession"]
 WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next
 MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # commit() of less than 100 ms of audio is refused (as OpenAI's)
 SILENCE_MARGIN = 0.15  # a silence starts below threshold - 0.15 and continues below threshold (Silero's rule)
-INTERIM, PART, DETECT, SPECULATIVE = "interim", "part", "language", "speculative"
-BEST_EFFORT = (INTERIM, SPECULATIVE)  # decodes an owner whose engine is busy may drop
 
 
 class LiveSession:
@@ -56,15 +55,10 @@ class LiveSession:
         self._turns: List[Turn] = []  # committed turns not completed yet, then the turn being spoken
         self._current: Optional[Turn] = None
         self._last_item: Optional[str] = None
-        self._queue: List[DecodeRequest] = []
-        # request id -> (turn, INTERIM, PART or DETECT, part index, the text forced as the start of a part's text)
-        self._pending: Dict[str, Tuple[Any, str, int, Optional[str]]] = {}
+        self._book = RequestBook()
         # without a language on a multilingual model: the detection request, and the part decodes held until then
         self._detecting: Optional[str] = None
         self._held: List[Tuple[Turn, int, np.ndarray, Optional[str], Optional[str]]] = []
-        self._submitted: set = set()
-        self._interim: Optional[str] = None
-        self._stale: List[str] = []  # submitted decodes whose output nobody needs any more (take_stale)
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ audio in
@@ -108,10 +102,7 @@ class LiveSession:
         if turn is not None:
             turn.dropped = True
             self._turns.remove(turn)
-            dropped = {rid for rid, entry in self._pending.items() if entry[0] is turn}
-            self._queue = [r for r in self._queue if r.request_id not in dropped]
-            for rid in dropped - self._submitted:
-                self._forget(rid)
+            self._book.drop_turn(turn)
             self._current = None
         self._audio.drop_before(self._audio.end)
         return [Cleared()] + completed_events(self._turns)
@@ -122,27 +113,19 @@ class LiveSession:
         after append, commit and on_output alike: a finished window queues the next window of its turn. With
         `interim=False` (an owner whose engine is busy) a queued interim decode is dropped, not handed out: interim
         text is best effort, and the next interval's tick tries again."""
-        out, self._queue = self._queue, []
-        if not interim:
-            for request in [r for r in out if self._pending.get(r.request_id, (None, None))[1] in BEST_EFFORT]:
-                self._forget(request.request_id)
-                out.remove(request)
-        self._submitted.update(r.request_id for r in out)
-        return out
+        return self._book.take(best_effort=interim)
 
     def take_stale(self) -> List[str]:
-        """Submitted decodes whose output is no longer needed (a speculative decode that speech overtook): the owner
-        aborts them, and hands them to `on_output` no more."""
-        stale, self._stale = self._stale, []
-        return stale
+        """Submitted decodes whose output is no longer needed (a speculative decode that speech overtook, an interim
+        decode that a speculative or final decode of the same audio overtook): the owner aborts them, and hands them
+        to `on_output` no more."""
+        return self._book.take_stale()
 
     def on_output(self, request_id: str, token_ids: List[int]) -> List[LiveEvent]:
         """A submitted decode finished with `token_ids`: Deltas, and Completed for a turn whose last decode it was.
         ValueError for a request id this transcription did not hand out or that finished already."""
-        if request_id not in self._submitted:
-            raise ValueError(f"request_id {request_id!r} is not a pending request of this live transcription")
-        turn, kind, index, prefix = self._pending[request_id]
-        self._forget(request_id)
+        turn, kind, index, prefix = self._book.entry(request_id)
+        self._book.forget(request_id)
         if kind == DETECT:
             return self._on_language(token_ids)
         if turn.dropped:
@@ -165,7 +148,7 @@ class LiveSession:
 
     def pending_request_ids(self) -> List[str]:
         """Requests handed out by take_requests and not finished: what to abort when the stream closes."""
-        return sorted(self._submitted)
+        return self._book.submitted_ids()
 
     @property
     def buffered_seconds(self) -> float:
@@ -206,10 +189,9 @@ class LiveSession:
         if end - turn.interim_mark >= self.options.interim_interval_s * SAMPLE_RATE:
             turn.interim_mark = end
             # no interim decode while the speculative decode of the same audio runs
-            if self._interim is None and not turn.waiting and turn.parts_known() and turn.speculative is None:
+            if self._book.interim is None and not turn.waiting and turn.parts_known() and turn.speculative is None:
                 prompt = self._prompt_text(turn, len(turn.parts))
-                self._interim = self._request(turn, INTERIM, len(turn.parts),
-                                              self._audio.slice(turn.part_start, end), prompt)
+                self._request(turn, INTERIM, len(turn.parts), self._audio.slice(turn.part_start, end), prompt)
         return []
 
     def _roll(self, turn: Turn, upto: int) -> None:
@@ -223,15 +205,18 @@ class LiveSession:
     def _drop_speculation(self, turn: Turn) -> None:
         """Speech again: the turn's speculative decode is not its final one (queued: withdrawn; running: stale)."""
         speculation, turn.speculative = turn.speculative, None
-        if speculation is None or speculation.request_id not in self._pending:
-            return
-        if speculation.request_id in self._submitted:
-            self._stale.append(speculation.request_id)
-        self._queue = [r for r in self._queue if r.request_id != speculation.request_id]
-        self._forget(speculation.request_id)
+        if speculation is not None:
+            self._book.withdraw(speculation.request_id)
+
+    def _drop_interim(self, turn: Turn) -> None:
+        """A speculative or final decode of the turn's audio overtakes its interim decode (withdrawn or stale)."""
+        entry = self._book.entry_of(self._book.interim)
+        if entry is not None and entry.turn is turn:
+            self._book.withdraw(self._book.interim)
 
     def _speculate(self, turn: Turn, end: int) -> None:
         """Decode the turn's current part up to `end` as its final decode would be made now."""
+        self._drop_interim(turn)
         index = len(turn.parts)
         prefix = final_prefix(turn, index)
         request_id = self._request(turn, SPECULATIVE, index, self._audio.slice(turn.part_start, end),
@@ -243,13 +228,14 @@ class LiveSession:
         """The turn's audio ends at `end`: its last part is decoded (not when the VAD heard no speech in it), or is
         the speculative decode made when the silence began."""
         self._roll(turn, end)
+        self._drop_interim(turn)
         speculation = turn.speculative
-        speculation = adoptable(turn, speculation is not None and speculation.request_id in self._pending)
+        speculation = adoptable(turn, speculation is not None and self._book.pending(speculation.request_id))
         if speculation is not None:
             turn.parts.append(speculation.text)
             turn.speech_in_part = False
             if speculation.text is None:  # still running: its output completes the part
-                self._pending[speculation.request_id] = (turn, PART, speculation.index, speculation.prefix)
+                self._book.retarget(speculation.request_id, Pending(turn, PART, speculation.index, speculation.prefix))
         else:
             self._drop_speculation(turn)  # a guess the turn's end does not use: withdrawn or aborted
             samples = self._audio.slice(turn.part_start, end)
@@ -284,14 +270,13 @@ class LiveSession:
         if self.language is None and self.decoder.needs_language:
             if self._detecting is None:  # detected once, on the first speech decoded
                 self._detecting = request_id
-                self._queue.append(self.decoder.detection_request(request_id, samples))
-                self._pending[request_id] = (None, DETECT, 0, None)
+                self._book.add(self.decoder.detection_request(request_id, samples), Pending(None, DETECT, 0, None))
             if kind == PART:
                 self._held.append((turn, index, samples, prompt, prefix))
             return None
         extra = {"interim": True} if kind == INTERIM else ({"prefix_text": prefix} if prefix else {})
-        self._queue.append(self.decoder.request(request_id, samples, self.language, prompt, **extra))
-        self._pending[request_id] = (turn, kind, index, prefix)
+        self._book.add(self.decoder.request(request_id, samples, self.language, prompt, **extra),
+                       Pending(turn, kind, index, prefix))
         return request_id
 
     def _on_language(self, token_ids: List[int]) -> List[LiveEvent]:
@@ -301,9 +286,3 @@ class LiveSession:
             if not turn.dropped:
                 self._request(turn, PART, index, samples, prompt, prefix)
         return []
-
-    def _forget(self, request_id: str) -> None:
-        self._pending.pop(request_id, None)
-        self._submitted.discard(request_id)
-        if self._interim == request_id:
-            self._interim = None
