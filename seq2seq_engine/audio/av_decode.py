@@ -15,6 +15,9 @@ logger = logging.getLogger(__name__)
 # A decoded stream shorter than its declared duration by more than this many seconds and this fraction is truncated.
 TRUNCATION_TOLERANCE_S = 1.0
 TRUNCATION_TOLERANCE_FRACTION = 0.05
+# A live stream (a pipe) is read in small pieces and probed briefly, so its first audio is not held back for seconds.
+LIVE_BUFFER_BYTES = 4096
+LIVE_OPTIONS = {"probesize": "32768", "analyzeduration": "200000"}  # bytes; microseconds
 
 
 def _ffmpeg_message(error: BaseException) -> str:
@@ -23,7 +26,7 @@ def _ffmpeg_message(error: BaseException) -> str:
     return str(message)
 
 
-def _open(source: Any, name: str) -> Any:
+def _open(source: Any, name: str, **open_kwargs: Any) -> Any:
     import av
 
     if isinstance(source, (bytes, bytearray)):
@@ -31,7 +34,7 @@ def _open(source: Any, name: str) -> Any:
     elif isinstance(source, os.PathLike):
         source = os.fspath(source)
     try:
-        return av.open(source, mode="r", metadata_errors="ignore")
+        return av.open(source, mode="r", metadata_errors="ignore", **open_kwargs)
     except Exception as error:  # av.error.FFmpegError (InvalidDataError, EOFError, OSError, ...), ValueError
         raise AudioError(f"{name}: cannot decode audio file (corrupt or unsupported format): "
                          f"{_ffmpeg_message(error)}") from error
@@ -104,31 +107,49 @@ def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE,
     whose audio ends well before the duration its container declares (a truncated download); ``AudioTooLong`` on
     opening when the container declares more than `max_seconds`.
     """
-    from av.audio.resampler import AudioResampler
-
     with _open(source, name) as container:
-        if not container.streams.audio:
-            kinds = sorted({s.type for s in container.streams}) or ["no"]
-            raise AudioError(f"{name}: no audio stream in the file (it has {', '.join(kinds)} streams)")
-        stream = container.streams.audio[0]
+        stream = _audio_stream(container, name)
         declared = _declared_seconds(container, stream)
         if max_seconds is not None and declared is not None and declared > max_seconds:
             raise AudioTooLong(name, max_seconds, declared)
-        resampler = AudioResampler(format="fltp", layout=None, rate=target_sr)  # layout None: keep the channels
-        total = 0
-        try:
-            for frame in _frames(container, stream, name):
-                for out in resampler.resample(frame):
-                    block = _mono(out)
-                    total += len(block)
-                    yield block
-            for out in resampler.resample(None):  # flush the resampler's delay line
+        total = [0]
+        yield from _resampled(container, stream, name, target_sr, total)
+        _check_length(total[0] / target_sr, declared, name)
+
+
+def iter_av_live(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iterator[np.ndarray]:
+    """Like ``iter_av_blocks`` for a live binary stream that may not seek (a pipe): read in small pieces and probed
+    briefly, each block yielded as soon as its frame is decoded. ``AudioError`` as for ``iter_av_blocks``."""
+    with _open(source, name, buffer_size=LIVE_BUFFER_BYTES, options=dict(LIVE_OPTIONS)) as container:
+        total = [0]
+        yield from _resampled(container, _audio_stream(container, name), name, target_sr, total)
+        _check_length(total[0] / target_sr, None, name)
+
+
+def _audio_stream(container: Any, name: str) -> Any:
+    if not container.streams.audio:
+        kinds = sorted({s.type for s in container.streams}) or ["no"]
+        raise AudioError(f"{name}: no audio stream in the file (it has {', '.join(kinds)} streams)")
+    return container.streams.audio[0]
+
+
+def _resampled(container: Any, stream: Any, name: str, target_sr: int, total: list) -> Iterator[np.ndarray]:
+    """The stream's frames as mono float32 blocks at `target_sr`; total[0] counts the samples."""
+    from av.audio.resampler import AudioResampler
+
+    resampler = AudioResampler(format="fltp", layout=None, rate=target_sr)  # layout None: keep the channels
+    try:
+        for frame in _frames(container, stream, name):
+            for out in resampler.resample(frame):
                 block = _mono(out)
-                total += len(block)
+                total[0] += len(block)
                 yield block
-        except ValueError as error:  # the resampler refusing a frame (format changes mid-stream it cannot follow)
-            raise AudioError(f"{name}: cannot decode audio file: {error}") from error
-        _check_length(total / target_sr, declared, name)
+        for out in resampler.resample(None):  # flush the resampler's delay line
+            block = _mono(out)
+            total[0] += len(block)
+            yield block
+    except ValueError as error:  # the resampler refusing a frame (format changes mid-stream it cannot follow)
+        raise AudioError(f"{name}: cannot decode audio file: {error}") from error
 
 
 def _check_length(decoded: float, declared: Optional[float], name: str) -> None:

@@ -1,5 +1,6 @@
-"""`seq2seq-engine transcribe - --live [--sample-rate 16000]`: raw s16le mono audio from stdin transcribed as it
-arrives, each turn's text printed on its own line as soon as it is final."""
+"""`seq2seq-engine transcribe - --live [--sample-rate 16000] [--input-format auto]`: audio from stdin (raw s16le
+mono, or any container FFmpeg decodes) transcribed as it arrives, each turn's text printed on its own line as soon as
+it is final."""
 from __future__ import annotations
 
 import argparse
@@ -8,27 +9,34 @@ import sys
 import threading
 from typing import Any, BinaryIO, Dict, List, Optional, TextIO
 
+from seq2seq_engine.entrypoints.live_input import END, INPUT_FORMATS, read_blocks
 from seq2seq_engine.transcription.live import Completed, LiveDecoder, LiveOptions, LiveSession
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
-
-READ_BYTES = 3200  # at most 100 ms of 16 kHz audio per read
-_EOF = b""
 
 
 def add_live_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("live", "transcribe a live stream from stdin (AUDIO must be '-')")
     group.add_argument("--live", action="store_true",
-                       help="read raw s16le mono audio from stdin as it arrives (e.g. ffmpeg -i URL -f s16le -ar "
-                            "16000 -ac 1 -), find turns with Silero VAD and print each turn's text once it is final")
-    group.add_argument("--sample-rate", type=int, default=16000, metavar="HZ",
-                       help="with --live: the rate of the raw s16le input (default 16000; others are resampled)")
+                       help="read audio from stdin as it arrives (raw s16le mono, e.g. ffmpeg -i URL -f s16le -ar "
+                            "16000 -ac 1 -, or a container: wav, ogg, webm, mp3, flac, ...), find turns with Silero "
+                            "VAD and print each turn's text once it is final")
+    group.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                       help="with --live: the rate of raw s16le input (default 16000; others are resampled); a "
+                            "container names its own")
+    group.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
+                       help="with --live: auto (default) decodes a container recognised by its first bytes and reads "
+                            "anything else as raw s16le; s16le or container forces one")
 
 
 def check_live_arguments(args: argparse.Namespace) -> None:
     """ValueError for flags --live does not take with the AUDIO it was given."""
     if list(args.audio) != ["-"]:
         raise ValueError(f"--live reads stdin: give '-' as the only AUDIO, got {' '.join(args.audio)}")
-    Pcm16Stream(args.sample_rate)  # checks the rate
+    if args.sample_rate is not None:
+        if args.input_format == "container":
+            raise ValueError("--sample-rate is the rate of raw s16le input: a container (--input-format container) "
+                             "names its own")
+        Pcm16Stream(args.sample_rate)  # checks the rate
     if args.output_dir is not None or args.output_format != "txt":
         raise ValueError("--live prints text lines to stdout: --output-dir and --output-format are not taken")
 
@@ -42,43 +50,29 @@ def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextI
     engine = LLM(resolve_model_path(args.model), **engine_kwargs).llm_engine
     options = LiveOptions(language=args.language, prompt=getattr(args, "initial_prompt", None))
     session = LiveSession(options, LiveDecoder.for_engine(engine))
-    chunks: "queue.Queue[bytes]" = queue.Queue()
-    reader = threading.Thread(target=_read, args=(source or sys.stdin.buffer, chunks), daemon=True)
+    blocks: "queue.Queue[Any]" = queue.Queue()
+    reader = threading.Thread(target=read_blocks, daemon=True,
+                              args=(source or sys.stdin.buffer, args.input_format, args.sample_rate, blocks))
     reader.start()
-    pcm, odd, ended = Pcm16Stream(args.sample_rate), b"", False
+    ended = False
     while not ended or engine.has_unfinished_requests():
         events: List[Any] = []
         wait = not engine.has_unfinished_requests()
         while not ended:  # all audio read so far; wait for some only while the engine is idle
             try:
-                data = chunks.get(block=wait)
+                block = blocks.get(block=wait)
             except queue.Empty:
                 break
             wait = False
-            if data == _EOF:
+            if isinstance(block, Exception):
+                raise block
+            if block is END:
                 ended = True
-                events += session.append(pcm.finish())
                 events += _commit_rest(session)
             else:
-                data, odd = _whole_samples(odd + data)
-                events += session.append(pcm.decode(data))
+                events += session.append(block)
         run_requests(engine, session, events)
         _print_turns(events, out)
-
-
-def _read(source: BinaryIO, chunks: "queue.Queue[bytes]") -> None:
-    read = getattr(source, "read1", source.read)
-    while True:
-        data = read(READ_BYTES)
-        chunks.put(bytes(data) if data else _EOF)
-        if not data:
-            return
-
-
-def _whole_samples(data: bytes):
-    """The bytes of whole 2-byte samples, and the odd byte left for the next read."""
-    cut = len(data) - len(data) % 2
-    return data[:cut], data[cut:]
 
 
 def _commit_rest(session: LiveSession) -> List[Any]:

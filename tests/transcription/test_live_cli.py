@@ -1,5 +1,6 @@
 """`seq2seq-engine transcribe - --live` in a subprocess: real speech piped as raw s16le (16 kHz, and 24 kHz that it
-resamples) prints one line per spoken turn, each the clip's words; flags it does not take are usage errors."""
+resamples) or in a container (Ogg Opus) prints one line per spoken turn, each the clip's words; flags it does not
+take are usage errors."""
 import os
 import re
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import jiwer
 import numpy as np
 import pytest
+from av_media import encode
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio, resample
@@ -41,13 +43,16 @@ def speech():
     return np.concatenate(parts).astype(np.float32), texts
 
 
-@pytest.mark.parametrize("rate", [16000, 24000])
-def test_piped_speech_prints_one_line_per_turn(speech, rate):
+@pytest.mark.parametrize("rate", [16000, 24000, "ogg"])
+def test_piped_speech_prints_one_line_per_turn(speech, rate, tmp_path):
     audio, texts = speech
-    audio = resample(audio, SR, rate) if rate != SR else audio
-    data = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-    process = subprocess.Popen(command("-", "--live", "--sample-rate", str(rate), "--model",
-                                       require_model("whisper-tiny.en")),
+    if rate == "ogg":  # a container (Opus in Ogg), recognised by its first bytes and decoded as it arrives
+        with open(encode(tmp_path / "speech.ogg", audio, SR, "ogg"), "rb") as handle:
+            data, flags = handle.read(), []
+    else:
+        audio = resample(audio, SR, rate) if rate != SR else audio
+        data, flags = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes(), ["--sample-rate", str(rate)]
+    process = subprocess.Popen(command("-", "--live", *flags, "--model", require_model("whisper-tiny.en")),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env=dict(os.environ, OMP_NUM_THREADS="1"))
     out, err = process.communicate(data, timeout=300)
@@ -60,6 +65,7 @@ def test_piped_speech_prints_one_line_per_turn(speech, rate):
 
 def test_live_takes_only_stdin_and_text_lines():
     for args, message in [(["a.wav", "--live"], "only AUDIO"), (["-", "--live", "--sample-rate", "100"], "8000"),
-                          (["-", "--live", "--output-format", "srt"], "--output-format")]:
+                          (["-", "--live", "--output-format", "srt"], "--output-format"),
+                          (["-", "--live", "--input-format", "container", "--sample-rate", "16000"], "names its own")]:
         result = subprocess.run(command(*args), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr, result.stderr
