@@ -51,6 +51,8 @@ def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
         ("bfloat16 linear", bf16),
         ("int8 linear", _int8_linear()),
         ("prefill attention", "torch SDPA per block of the block-diagonal mask"),
+        ("encoder attention, int8 models", "bfloat16 (native bf16)"
+         if platform.encoder_attention_dtype("int8") == "bfloat16" else "float32"),
         ("paged decode attention", f"native ({attention})" if attention != "none" else "torch gather"),
         ("KV cache writes", _native_or_torch("cache_write_cpu", "native row copy", "torch index_copy_")),
         ("norms, rotary, gated activations", _native_or_torch("fused_ops_cpu", "native fused", "torch")),

@@ -35,15 +35,19 @@ class Attention(nn.Module):
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         self.attn_type = attn_type
         self.backend = backend
+        self.compute_dtype: Optional[torch.dtype] = None  # set by compute_encoder_attention_in
 
     def forward(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
                 kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata,
                 position_bias: Optional[PositionBias] = None) -> torch.Tensor:
         backend = self.backend or select_backend(query.device)
         query, key, value = self._split_heads(query, key, value)
+        dtype = query.dtype
+        if self.compute_dtype not in (None, dtype) and position_bias is None:  # an encoder's: keys are this step's
+            query, key, value = (t.to(self.compute_dtype) for t in (query, key, value))
         output = backend.forward(self.attn_type, query, key, value, kv_cache, attn_metadata, self.scale,
                                  position_bias=position_bias)
-        return output.view(-1, self.num_heads * self.head_size)
+        return output.to(dtype).view(-1, self.num_heads * self.head_size)
 
     def attend_cached(self, query: torch.Tensor, key: Optional[torch.Tensor], value: Optional[torch.Tensor],
                       kv_cache: Optional[KVCache], attn_metadata: AttentionMetadata) -> torch.Tensor:
@@ -62,3 +66,12 @@ class Attention(nn.Module):
             key = key.view(-1, self.num_kv_heads, self.head_size)
             value = value.view(-1, self.num_kv_heads, self.head_size)
         return query, key, value
+
+
+def compute_encoder_attention_in(model: nn.Module, dtype: torch.dtype) -> int:
+    """Let every ENCODER self-attention layer of `model` compute in `dtype` (its inputs cast, its output cast back;
+    layers with a position bias keep their own dtype); returns how many layers were set."""
+    layers = [m for m in model.modules() if isinstance(m, Attention) and m.attn_type == AttentionType.ENCODER]
+    for layer in layers:
+        layer.compute_dtype = dtype
+    return len(layers)

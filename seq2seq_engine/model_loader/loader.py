@@ -98,7 +98,7 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
         cache = PreparedWeights(model_dir, files, dtype, quantization, linear_weight_dtype, cache_dir)
         model = cache.load(lambda: build_model(model_class, hf_config))
         if model is not None:
-            return model, hf_config
+            return _with_attention_dtype(model, quantization), hf_config
     model = build_model(model_class, hf_config)
     model.load_weights(iterate_weights(model_dir))
     model = model.to(device=device, dtype=dtype)
@@ -112,7 +112,19 @@ def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.fl
     model.eval()   # the layers that replaced linears too
     if cache is not None:
         cache.save(model)
-    return model, hf_config
+    return _with_attention_dtype(model, quantization), hf_config
+
+
+def _with_attention_dtype(model, quantization: Optional[str]):
+    """The model with its encoder self-attention computing in the dtype the CPU platform picks for it."""
+    if quantization is None:
+        return model
+    from seq2seq_engine.attention.layer import compute_encoder_attention_in
+    from seq2seq_engine.platforms import current_platform
+
+    dtype = current_platform("cpu").encoder_attention_dtype(quantization)
+    compute_encoder_attention_in(model, getattr(torch, dtype))
+    return model
 
 
 class _SkipRandomInit(TorchFunctionMode):

@@ -30,6 +30,8 @@ OVERRIDES: Tuple[Override, ...] = (
     Override("SEQ2SEQ_ENGINE_PACKED_LINEAR", "1, panels, onednn, 0", "1",
              "float32 linear layers: the policy table's choice, the panel kernel or oneDNN for every layer, or "
              "plain F.linear"),
+    Override("SEQ2SEQ_ENGINE_INT8_BF16_ATTENTION", "1, 0", "1",
+             "0: an int8 model's encoder self-attention computes in float32 even where bfloat16 is native"),
     Override("SEQ2SEQ_ENGINE_CACHE", "a directory", "~/.cache/seq2seq_engine",
              "where converted models and built native kernels are kept"),
     Override("SEQ2SEQ_ENGINE_LOGGING_LEVEL", "a logging level name", "INFO", "the engine's log level"),

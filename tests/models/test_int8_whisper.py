@@ -12,6 +12,7 @@ import torch
 from conftest import require_model
 
 from seq2seq_engine.models.int8 import Int8Linear, int8_unsupported_reason
+from seq2seq_engine.platforms import current_platform
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = [pytest.mark.skipif(int8_unsupported_reason("cpu") is not None, reason="no fbgemm in this torch build"),
@@ -52,6 +53,10 @@ def test_whisper_base_int8_transcribes_clear_clips_as_float32(whisper_base):
     assert isinstance(model.model.decoder.layers[5].fc2, Int8Linear)
     assert isinstance(model.proj_out, Int8Linear) and model.proj_out.out_features == 51865
     assert model.model.decoder.embed_tokens.weight.dtype == torch.float32   # the lookup stays float32
+    # the encoder's self-attention computes in bfloat16 where that is native (the platform's choice), else float32
+    expected = getattr(torch, current_platform("cpu").encoder_attention_dtype("int8"))
+    assert {layer.self_attn.attn.compute_dtype for layer in model.model.encoder.layers} == {expected}
+    assert {layer.self_attn.attn.compute_dtype for layer in model.model.decoder.layers} == {None}
 
 
 def _bench(*args):

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from seq2seq_engine.platforms.cpu_policy import (CAPPED_MARCH, ISA_ENV, MARCH_ENV, PACKED_LINEAR_ENV, CpuPlatform,
-                                                 detected_isa)
+from seq2seq_engine.platforms.cpu_policy import (CAPPED_MARCH, INT8_BF16_ATTENTION_ENV, ISA_ENV, MARCH_ENV,
+                                                 PACKED_LINEAR_ENV, CpuPlatform, detected_isa)
 from seq2seq_engine.platforms.cpu_probe import AMD, INTEL, CpuInfo
 
 AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}
@@ -20,7 +20,7 @@ OLD = CpuInfo("", "", frozenset({"sse4_2"}), 0, 0, 1)
 
 @pytest.fixture(autouse=True)
 def _no_overrides(monkeypatch):
-    for name in (ISA_ENV, MARCH_ENV, PACKED_LINEAR_ENV, "FBGEMM_ENABLE_INSTRUCTIONS"):
+    for name in (ISA_ENV, MARCH_ENV, PACKED_LINEAR_ENV, INT8_BF16_ATTENTION_ENV, "FBGEMM_ENABLE_INSTRUCTIONS"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -92,3 +92,15 @@ def test_the_cap_reaches_the_libraries_when_set_before_the_engine_is_imported():
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[:2] == ["AVX2", "AVX2"]
     assert result.stdout.split()[2] in ("AVX2", "DEFAULT")     # never above the cap
+
+
+def test_an_int8_models_encoder_attends_in_bfloat16_only_where_bf16_is_native(monkeypatch):
+    for info in (ZEN4, XEON_AMX, EPYC_AVX2, ALDER_LAKE, OLD):
+        platform = CpuPlatform.from_cpu(info)
+        assert platform.encoder_attention_dtype("int8") == ("bfloat16" if platform.native_bf16 else "float32")
+        assert platform.encoder_attention_dtype(None) == "float32"  # float32 models keep float32 (HF parity)
+    monkeypatch.setenv(INT8_BF16_ATTENTION_ENV, "0")
+    assert CpuPlatform.from_cpu(ZEN4).encoder_attention_dtype("int8") == "float32"
+    monkeypatch.setenv(INT8_BF16_ATTENTION_ENV, "1")
+    monkeypatch.setenv(ISA_ENV, "avx2")
+    assert CpuPlatform.from_cpu(XEON_AMX).encoder_attention_dtype("int8") == "float32"
