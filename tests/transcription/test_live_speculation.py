@@ -88,21 +88,39 @@ def test_speculative_silence_is_validated():
         LiveOptions(speculative_silence_ms=-1)
 
 
-def test_the_speculative_decode_overtakes_the_turns_running_interim_decode(audio):
+def test_the_turns_interim_decode_goes_on_beside_the_speculative_one_and_the_commit_drops_it(audio):
     vad = ScriptedVad(frames((0.9, 1.5), (0.0, 1.0)))
     session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), vad)
     feed(session, audio, 1.1)
     [interim] = session.take_requests()
     assert interim.prompt["interim"]
     feed(session, audio, 0.6, start=1.1)  # 200 ms into the silence
-    assert session.take_stale() == [interim.request_id]  # its text is not needed: the owner aborts it
     [speculative] = session.take_requests()
-    assert not speculative.prompt["interim"] and session.pending_request_ids() == [speculative.request_id]
-    with pytest.raises(ValueError, match="request_id"):
-        answer(session, interim, "Hello")
+    assert not speculative.prompt["interim"] and session.take_stale() == []  # should speech resume, it counts
+    assert session.pending_request_ids() == sorted([interim.request_id, speculative.request_id])
     events = feed(session, audio, 0.5, start=1.7)
     assert [type(e) for e in events] == [SpeechStopped, Committed]
+    assert session.take_stale() == [interim.request_id]  # the turn ended: the owner aborts it
+    with pytest.raises(ValueError, match="request_id"):
+        answer(session, interim, "Hello")
     assert answer(session, speculative, "Hello there.")[-1].transcript == "Hello there."
+
+
+def test_an_interim_decode_running_through_a_pause_still_gives_deltas(audio):
+    vad = ScriptedVad(frames((0.9, 2.5), (0.0, 0.3), (0.9, 1.0), (0.0, 1.0)))
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), vad)
+    feed(session, audio, 1.1)
+    [first] = session.take_requests()
+    assert answer(session, first, "the cat") == []
+    feed(session, audio, 1.0, start=1.1)  # the tick at 2.048 s
+    [second] = session.take_requests()
+    feed(session, audio, 0.6, start=2.1)  # 200 ms into the pause: a speculative decode beside the interim one
+    [speculative] = session.take_requests()
+    assert not speculative.prompt["interim"] and session.take_stale() == []
+    feed(session, audio, 0.3, start=2.7)  # speech again: the speculative decode is stale, the interim one is not
+    assert session.take_stale() == [speculative.request_id]
+    [delta] = answer(session, second, "the cat sat")
+    assert delta.text == "the cat"
 
 
 def test_a_queued_interim_decode_is_withdrawn_not_aborted_when_the_turn_ends(audio):

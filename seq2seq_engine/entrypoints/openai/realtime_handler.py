@@ -200,10 +200,14 @@ def _call_and_take(current: _Live, call: Callable[[_Live], List[Any]]) -> Tuple[
     """The session's events from `call`, the decodes to submit and the stale ones to abort."""
     events = list(call(current))
     stale = current.session.take_stale()
-    # Interim and speculative decodes only on an idle engine (the session's stale decodes, about to be aborted, do
-    # not count): each one runs a whole 30 s encoder window, and with several streams they would queue ahead of the
-    # turns' final decodes (the latency clients wait for).
-    idle = current.state.loop.requests_in_flight <= len(stale)
+    # Interim and speculative decodes only while the engine runs nothing for other sockets (the session's own
+    # decodes and its stale ones, about to be aborted, do not count), and interim ones within the engine's budget:
+    # each one runs a whole 30 s encoder window, and with several streams they would hold up the turns' final
+    # decodes (the latency clients wait for).
+    own = len(stale) + len(current.session.pending_request_ids())
+    idle = current.state.loop.requests_in_flight <= own
+    if idle and current.session.interim_queued:
+        idle = current.state.interim_budget.take()
     return events, list(current.session.take_requests(interim=idle)), stale
 
 

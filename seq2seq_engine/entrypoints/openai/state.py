@@ -8,6 +8,7 @@ from typing import Any, Optional, Tuple
 
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.interim_budget import InterimBudget
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
 
 
@@ -42,6 +43,8 @@ class ServerState:
     model_name: str
     settings: ServerSettings
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    # shared by the realtime sockets of this engine (the object changes inside, the field never)
+    interim_budget: InterimBudget = dataclasses.field(default_factory=InterimBudget)
 
     @property
     def engine(self) -> Any:

@@ -48,6 +48,10 @@ class RequestBook:
         self._submitted.update(r.request_id for r in out)
         return out
 
+    def queued(self, kind: str) -> bool:
+        """Whether a request of `kind` waits to be handed out."""
+        return any(self._pending[r.request_id].kind == kind for r in self._queue)
+
     def take_stale(self) -> List[str]:
         stale, self._stale = self._stale, []
         return stale

@@ -115,6 +115,11 @@ class LiveSession:
         text is best effort, and the next interval's tick tries again."""
         return self._book.take(best_effort=interim)
 
+    @property
+    def interim_queued(self) -> bool:
+        """Whether take_requests would hand out an interim decode now."""
+        return self._book.queued(INTERIM)
+
     def take_stale(self) -> List[str]:
         """Submitted decodes whose output is no longer needed (a speculative decode that speech overtook, an interim
         decode that a speculative or final decode of the same audio overtook): the owner aborts them, and hands them
@@ -209,14 +214,14 @@ class LiveSession:
             self._book.withdraw(speculation.request_id)
 
     def _drop_interim(self, turn: Turn) -> None:
-        """A speculative or final decode of the turn's audio overtakes its interim decode (withdrawn or stale)."""
+        """The turn ended: its interim decode is not needed any more (withdrawn or stale)."""
         entry = self._book.entry_of(self._book.interim)
         if entry is not None and entry.turn is turn:
             self._book.withdraw(self._book.interim)
 
     def _speculate(self, turn: Turn, end: int) -> None:
-        """Decode the turn's current part up to `end` as its final decode would be made now."""
-        self._drop_interim(turn)
+        """Decode the turn's current part up to `end` as its final decode would be made now (an interim decode in
+        flight goes on: should speech resume, its hypothesis still counts)."""
         index = len(turn.parts)
         prefix = final_prefix(turn, index)
         request_id = self._request(turn, SPECULATIVE, index, self._audio.slice(turn.part_start, end),
