@@ -148,3 +148,32 @@ def test_the_final_decode_overtakes_the_running_interim_decode_of_its_turn_only(
     assert second.prompt["interim"]
     assert answer(session, final, "One.")[-1].transcript == "One."
     assert session.take_stale() == [] and session.pending_request_ids() == [second.request_id]
+
+
+def test_words_agreed_beside_the_speculative_decode_do_not_stop_its_adoption(audio):
+    vad = ScriptedVad(frames((0.9, 2.5), (0.0, 1.0)))
+    session = LiveSession(LiveOptions(interim_interval_s=1.0), TextDecoder(), vad)
+    feed(session, audio, 1.1)
+    [first] = session.take_requests()
+    assert answer(session, first, "the cat") == []
+    feed(session, audio, 1.0, start=1.1)
+    [second] = session.take_requests()
+    feed(session, audio, 0.6, start=2.1)  # the speculative decode starts with nothing sent yet
+    [speculative] = session.take_requests()
+    assert speculative.prompt["prefix_text"] is None
+    [delta] = answer(session, second, "the cat sat")  # the interim decode beside it agrees two words
+    assert delta.text == "the cat"
+    events = feed(session, audio, 0.5, start=2.7)
+    assert [type(e) for e in events] == [SpeechStopped, Committed]
+    assert session.take_requests() == []  # adopted: no second decode of the turn
+    events = answer(session, speculative, "the cat sat on the mat.")
+    assert [e.text for e in events[:-1]] == [" sat on the mat."]
+    assert events[-1].transcript == "the cat sat on the mat."
+
+
+@pytest.mark.parametrize("prefix, start, extends", [
+    ("the cat sat", "the cat", True), ("the cat", "the cat", True), ("the cat", None, True), (None, None, True),
+    ("the dog sat", "the cat", False), (None, "the cat", False), ("the", "the cat", False)])
+def test_a_speculation_is_adopted_while_the_final_prefix_extends_its_own(prefix, start, extends):
+    from seq2seq_engine.transcription.live.speculation import _extends
+    assert _extends(prefix, start) is extends

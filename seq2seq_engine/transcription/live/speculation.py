@@ -31,10 +31,20 @@ def final_prefix(turn: Turn, index: int) -> Optional[str]:
 
 def adoptable(turn: Turn, pending: bool) -> Optional[Speculation]:
     """The turn's speculation, when it can be its last part now: it covers the part that comes next, was made with
-    the prefix the final decode would get now, and is in flight (`pending`) or finished."""
+    the prefix the final decode would get now or a shorter one (an interim decode running beside it agreed more
+    words since; they come from audio it covers too), and is in flight (`pending`) or finished."""
     speculation = turn.speculative
     if speculation is None or speculation.index != len(turn.parts):
         return None
-    if speculation.prefix != final_prefix(turn, speculation.index):
+    if not _extends(final_prefix(turn, speculation.index), speculation.prefix):
         return None
     return speculation if pending or speculation.text is not None else None
+
+
+def _extends(prefix: Optional[str], start: Optional[str]) -> bool:
+    """Whether the words of `prefix` begin with the words of `start`. A decode made without a forced start (None)
+    is the plain decode, always usable; one forced with words the final decode would no longer get (`prefix` None:
+    the interim decodes stopped agreeing with them) is not."""
+    if start is None:
+        return True
+    return prefix is not None and prefix.split()[:len(start.split())] == start.split()
