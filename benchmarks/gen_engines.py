@@ -71,6 +71,7 @@ def run_ours(job: GenJob, dtype: str) -> EngineRun:
               max_beam_width=max(job.beam, 1), **precision)
 
     def run_once(j: GenJob) -> List[List[int]]:
+        llm.reset_prefix_cache()  # no run reuses the prefixes or encoder outputs of the warm-up or an earlier repeat
         if j.enc_dec:
             inputs = [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=p),
                                                    decoder_prompt=TokensPrompt(prompt_token_ids=[j.decoder_start]))

@@ -85,6 +85,7 @@ def run_ours(job: LongJob, dtype: str) -> EngineRun:
     llm = LLM(job.hf_dir, **kwargs)
 
     def run_once(paths: List[str]) -> List[Dict[str, Any]]:
+        llm.reset_prefix_cache()  # no run reuses the encoder outputs of the warm-up or an earlier repeat
         results = llm.transcribe(paths, language=job.language, use_tqdm=False, **job.options)
         errors = [r.error for r in results if r.error]
         if errors:

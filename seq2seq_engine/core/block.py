@@ -88,6 +88,19 @@ class BlockAllocator:
         if block.ref_count == 0 and self.evictable.pop(block.block_number, None) is not None:
             self.free_blocks.append(block)
 
+    def evict_all(self) -> int:
+        """Forget the content of every evictable block (each owning cache told), so they become plain free blocks;
+        returns how many were evictable."""
+        count = 0
+        while self.evictable:  # on_evict may uncache an entry's other blocks, which leaves the dict shorter
+            _, block = self.evictable.popitem(last=False)
+            if self.on_evict is not None:
+                self.on_evict(block)
+            block.cache_key = None
+            self.free_blocks.append(block)
+            count += 1
+        return count
+
     def get_num_free_blocks(self) -> int:
         """Blocks an allocation can take: the plain free ones and the evictable cached ones."""
         return len(self.free_blocks) + len(self.evictable)

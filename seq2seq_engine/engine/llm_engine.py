@@ -151,6 +151,14 @@ class LLMEngine:
         self.scheduler.abort_seq_group(request_ids)
         self.model_runner.release_seqs(seq_ids)
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's name: forget every cached block (prefix and encoder caches), so later requests compute everything
+        again (benchmarks that repeat their work use it). False, changing nothing, while requests are unfinished."""
+        if self.has_unfinished_requests():
+            return False
+        self.scheduler.block_manager.gpu_allocator.evict_all()
+        return True
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_seqs()
 

@@ -71,6 +71,10 @@ class LLM:
         params_list = _params_per_prompt(params, len(prompt_list), (BeamSearchParams,), "params")
         return self._run_engine(self._add_requests(prompt_list, params_list, None), use_tqdm)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block and encoder output (vLLM's name); False while requests are running."""
+        return self.llm_engine.reset_prefix_cache()
+
     def _add_requests(self, prompt_list: list, params_list: list, priority: Optional[List[int]]) -> List[str]:
         """Queue every prompt; if one is refused, the ones already queued are aborted."""
         if priority is not None and len(priority) != len(prompt_list):

@@ -121,3 +121,30 @@ def test_preemption_with_caches_keeps_outputs(models, arch, preemption_mode):
     assert tight_engine.scheduler.num_cumulative_preemption > 0
     _assert_same(tight, plain)
     _assert_all_free(tight_engine)
+
+
+def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(models):
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    bart = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    prompts, num_documents = _prompts("bart")
+    first = bart.generate(prompts, params, use_tqdm=False)
+    runner, manager = bart.llm_engine.model_runner, bart.llm_engine.scheduler.block_manager
+    assert manager.gpu_allocator.get_num_evictable_blocks() > 0
+    assert bart.reset_prefix_cache()
+    assert manager.gpu_allocator.get_num_evictable_blocks() == 0 and not manager.cross_cache.entries
+    again = bart.generate(prompts, params, use_tqdm=False)
+    assert runner.num_encoder_runs == 2 * num_documents  # nothing found cached
+    assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in again]
+    _assert_all_free(bart.llm_engine)
+    bart.llm_engine.add_request("running", prompts[0], params)
+    assert not bart.reset_prefix_cache()  # refused while a request is unfinished
+    bart.llm_engine.abort_request("running")
+
+    llm = LLM(models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    prompts, _ = _prompts("llama")
+    llm.generate(prompts, params, use_tqdm=False)
+    cache = llm.llm_engine.scheduler.block_manager.prefix_cache
+    assert cache.blocks and llm.reset_prefix_cache() and not cache.blocks
+    hits = cache.num_hit_tokens
+    llm.generate(prompts, params, use_tqdm=False)
+    assert cache.num_hit_tokens == hits  # the same prompts: their blocks were forgotten
