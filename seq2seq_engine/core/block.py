@@ -55,10 +55,7 @@ class BlockAllocator:
         if self.free_blocks:
             block = self.free_blocks.pop()
         elif self.evictable:
-            _, block = self.evictable.popitem(last=False)
-            if self.on_evict is not None:
-                self.on_evict(block)
-            block.cache_key = None
+            block = self._evict_oldest()
         else:
             raise RuntimeError(f"out of memory: no free {self.device.name} blocks left (pool of {self.num_blocks})")
         block.ref_count = 1
@@ -93,13 +90,17 @@ class BlockAllocator:
         returns how many were evictable."""
         count = 0
         while self.evictable:  # on_evict may uncache an entry's other blocks, which leaves the dict shorter
-            _, block = self.evictable.popitem(last=False)
-            if self.on_evict is not None:
-                self.on_evict(block)
-            block.cache_key = None
-            self.free_blocks.append(block)
+            self.free_blocks.append(self._evict_oldest())
             count += 1
         return count
+
+    def _evict_oldest(self) -> PhysicalTokenBlock:
+        """The least recently freed evictable block, its owning cache told and its content forgotten."""
+        _, block = self.evictable.popitem(last=False)
+        if self.on_evict is not None:
+            self.on_evict(block)
+        block.cache_key = None
+        return block
 
     def get_num_free_blocks(self) -> int:
         """Blocks an allocation can take: the plain free ones and the evictable cached ones."""
