@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-from typing import Any, Iterator, Optional
+from typing import Any, Generator, Iterator, Optional
 
 import numpy as np
 
@@ -112,18 +112,16 @@ def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE,
         declared = _declared_seconds(container, stream)
         if max_seconds is not None and declared is not None and declared > max_seconds:
             raise AudioTooLong(name, max_seconds, declared)
-        total = [0]
-        yield from _resampled(container, stream, name, target_sr, total)
-        _check_length(total[0] / target_sr, declared, name)
+        total = yield from _resampled(container, stream, name, target_sr)
+        _check_length(total / target_sr, declared, name)
 
 
 def iter_av_live(source: Any, name: str, target_sr: int = SAMPLE_RATE) -> Iterator[np.ndarray]:
     """Like ``iter_av_blocks`` for a live binary stream that may not seek (a pipe): read in small pieces and probed
     briefly, each block yielded as soon as its frame is decoded. ``AudioError`` as for ``iter_av_blocks``."""
     with _open(source, name, buffer_size=LIVE_BUFFER_BYTES, options=dict(LIVE_OPTIONS)) as container:
-        total = [0]
-        yield from _resampled(container, _audio_stream(container, name), name, target_sr, total)
-        _check_length(total[0] / target_sr, None, name)
+        total = yield from _resampled(container, _audio_stream(container, name), name, target_sr)
+        _check_length(total / target_sr, None, name)
 
 
 def _audio_stream(container: Any, name: str) -> Any:
@@ -133,23 +131,25 @@ def _audio_stream(container: Any, name: str) -> Any:
     return container.streams.audio[0]
 
 
-def _resampled(container: Any, stream: Any, name: str, target_sr: int, total: list) -> Iterator[np.ndarray]:
-    """The stream's frames as mono float32 blocks at `target_sr`; total[0] counts the samples."""
+def _resampled(container: Any, stream: Any, name: str, target_sr: int) -> Generator[np.ndarray, None, int]:
+    """The stream's frames as mono float32 blocks at `target_sr`; returns how many samples it yielded."""
     from av.audio.resampler import AudioResampler
 
     resampler = AudioResampler(format="fltp", layout=None, rate=target_sr)  # layout None: keep the channels
+    total = 0
     try:
         for frame in _frames(container, stream, name):
             for out in resampler.resample(frame):
                 block = _mono(out)
-                total[0] += len(block)
+                total += len(block)
                 yield block
         for out in resampler.resample(None):  # flush the resampler's delay line
             block = _mono(out)
-            total[0] += len(block)
+            total += len(block)
             yield block
     except ValueError as error:  # the resampler refusing a frame (format changes mid-stream it cannot follow)
         raise AudioError(f"{name}: cannot decode audio file: {error}") from error
+    return total
 
 
 def _check_length(decoded: float, declared: Optional[float], name: str) -> None:
