@@ -30,11 +30,20 @@ def looks_like_container(head: bytes) -> bool:
 
 
 class PrefixedStream:
-    """A read-only stream: `head` first, then what `source` gives as it arrives (PyAV reads through `read` alone,
-    without seeking, as a pipe needs)."""
+    """A read-only stream over `source` as it arrives, whose first bytes can be looked at first (`peek`) and are still
+    read after (PyAV reads through `read` alone, without seeking, as a pipe needs)."""
 
-    def __init__(self, head: bytes, source: BinaryIO) -> None:
-        self._head, self._read = head, getattr(source, "read1", source.read)
+    def __init__(self, source: BinaryIO) -> None:
+        self._head, self._read = b"", getattr(source, "read1", source.read)
+
+    def peek(self, size: int) -> bytes:
+        """The stream's first `size` bytes (fewer when it ends first), kept for the reads that follow."""
+        while len(self._head) < size:
+            data = self._read(size - len(self._head))
+            if not data:
+                break
+            self._head += bytes(data)
+        return self._head[:size]
 
     def read(self, size: int = -1) -> bytes:
         if self._head:
@@ -48,28 +57,15 @@ def read_blocks(source: BinaryIO, input_format: str, sample_rate: Optional[int],
     """Thread body: the stream's samples as float32 16 kHz blocks on `blocks`, then END; an error (an AudioError for
     a container FFmpeg cannot read) is put on the queue instead, for the reading side to raise."""
     try:
-        head = _head(source)
-        container = input_format == "container" or (input_format == "auto" and looks_like_container(head))
-        stream = PrefixedStream(head, source)
-        if container:
+        stream = PrefixedStream(source)
+        sniffed = input_format == "auto" and looks_like_container(stream.peek(SNIFF_BYTES))
+        if input_format == "container" or sniffed:
             _container_blocks(stream, blocks)
         else:
             _raw_blocks(stream, Pcm16Stream(sample_rate or 16000), blocks)
         blocks.put(END)
     except Exception as error:  # handed to the reading side, which raises it
         blocks.put(error)
-
-
-def _head(source: BinaryIO) -> bytes:
-    """The first SNIFF_BYTES bytes (fewer when the stream ends first)."""
-    read = getattr(source, "read1", source.read)
-    head = b""
-    while len(head) < SNIFF_BYTES:
-        data = read(SNIFF_BYTES - len(head))
-        if not data:
-            break
-        head += bytes(data)
-    return head
 
 
 def _container_blocks(stream: PrefixedStream, blocks: "queue.Queue[Any]") -> None:
