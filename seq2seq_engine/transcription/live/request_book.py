@@ -62,9 +62,6 @@ class RequestBook:
             raise ValueError(f"request_id {request_id!r} is not a pending request of this live transcription")
         return self._pending[request_id]
 
-    def pending(self, request_id: Optional[str]) -> bool:
-        return request_id in self._pending
-
     def entry_of(self, request_id: Optional[str]) -> Optional[Pending]:
         """The entry of a pending request, handed out or queued (None for any other id)."""
         return self._pending.get(request_id) if request_id is not None else None

@@ -234,8 +234,8 @@ class LiveSession:
         the speculative decode made when the silence began."""
         self._roll(turn, end)
         self._drop_interim(turn)
-        speculation = turn.speculative
-        speculation = adoptable(turn, speculation is not None and self._book.pending(speculation.request_id))
+        in_flight = turn.speculative is not None and self._book.entry_of(turn.speculative.request_id) is not None
+        speculation = adoptable(turn, in_flight)
         if speculation is not None:
             turn.parts.append(speculation.text)
             turn.speech_in_part = False
