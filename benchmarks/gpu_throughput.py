@@ -54,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--bart-new-tokens", type=int, default=None)
     parser.add_argument("--hf-batch", type=int, default=None, help="documents per HF generate call (64)")
     parser.add_argument("--enforce-eager", action="store_true", help="our engine without CUDA graphs")
+    parser.add_argument("--kv-cache-dtype", default="auto", help="our KV cache's dtype: auto (the model's) or fp8")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, one more run of each engine under the torch profiler (CUDA only): "
@@ -260,7 +261,7 @@ def main(argv=None) -> int:
         return 0
     results = {**environment(args), "workloads": {}}
     print(f"# {results['device']}, torch {results['torch']}, transformers {results['transformers']}, "
-          f"{args.dtype}, {args.rounds} rounds, {results['date']}", flush=True)
+          f"{args.dtype} (KV cache {args.kv_cache_dtype}), {args.rounds} rounds, {results['date']}", flush=True)
     for workload in args.workloads.split(","):
         results["workloads"][workload] = spawn(workload, argv)
         if args.out:

@@ -58,6 +58,8 @@ def _load_ours(model_dir: str, args, dtype: str, num_blocks: int) -> Any:
                   swap_space_gb=0.1, max_num_seqs=max(256, args.max_batch))
     if args.enforce_eager:
         kwargs["enforce_eager"] = True
+    if args.kv_cache_dtype != "auto":
+        kwargs["kv_cache_dtype"] = args.kv_cache_dtype
     if args.max_num_batched_tokens:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     return LLM(model_dir, **kwargs)

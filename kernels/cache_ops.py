@@ -10,6 +10,7 @@ import torch
 
 from seq2seq_engine.platforms import current_platform
 
+from .cache_dtype import storage_view, to_cache_dtype
 from .native import load_library, tensor_ptr
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ def reshape_and_cache(
 
     Caches are ``[num_blocks, block_size, num_kv_heads, head_size]``; token ``i`` goes to slot
     ``slot_mapping[i]`` (block ``s // block_size``, offset ``s % block_size``). Negative slots are skipped
-    (padding tokens). Values are cast to the cache dtype. Works for any cache strides (no flattened copy).
+    (padding tokens). Values are cast to the cache dtype (float8 saturates: kernels/cache_dtype.py). Works for any
+    cache strides (no flattened copy).
     On CPU, with matching dtypes, contiguous caches and each token's heads contiguous, the rows are copied by
     ``csrc/cache_write_cpu.c``; on CUDA the Triton writer runs where the CUDA platform chose it (no host sync);
     anything else takes the torch path (which reads the slots back on a device to drop negative ones).
@@ -45,8 +47,9 @@ def reshape_and_cache(
         return
     device = key_cache.device
     slots = slot_mapping.to(device=device, dtype=torch.int64)
-    key = key.to(device=device, dtype=key_cache.dtype)
-    value = value.to(device=device, dtype=value_cache.dtype)
+    key = storage_view(to_cache_dtype(key.to(device), key_cache.dtype))
+    value = storage_view(to_cache_dtype(value.to(device), value_cache.dtype))
+    key_cache, value_cache = storage_view(key_cache), storage_view(value_cache)
     keep = slots >= 0
     if not bool(keep.all()):
         slots, key, value = slots[keep], key[keep], value[keep]
@@ -111,7 +114,7 @@ def copy_blocks(
     if triton is not None:
         triton.copy_paged_blocks(list(key_caches), list(value_caches), pairs.to(caches[0].device))
         return
-    for cache in caches:
+    for cache in map(storage_view, caches):
         src, dst = _pair_indices(pairs, cache.device)
         cache.index_copy_(0, dst, cache.index_select(0, src))
 
@@ -129,8 +132,8 @@ def swap_blocks(src: torch.Tensor, dst: torch.Tensor, block_mapping: torch.Tenso
         return
     src_index, _ = _pair_indices(pairs, src.device)
     _, dst_index = _pair_indices(pairs, dst.device)
-    blocks = src.index_select(0, src_index).to(dst.device)
-    dst.index_copy_(0, dst_index, blocks)
+    blocks = storage_view(src).index_select(0, src_index).to(dst.device)
+    storage_view(dst).index_copy_(0, dst_index, blocks)
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,12 +10,15 @@ import torch.nn.functional as F
 
 from seq2seq_engine.platforms import current_platform
 
+from .cache_dtype import FP8, compute_dtype_of, storage_view
 from .native_attention import native_paged_attention
 
 logger = logging.getLogger(__name__)
 
-# The dtypes the Triton decode kernel is given; anything else (float64) takes the torch path.
+# The dtypes the Triton decode kernel is given (a cache may also be float8); anything else (float64) takes the torch
+# path.
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+TRITON_CACHE_DTYPES = TRITON_DTYPES + (FP8,)
 
 # Gathered-K bytes per chunk of sequences. On CPU a chunk stays cache-resident (the gather buffer is
 # reused across chunks); on accelerators one chunk normally covers the whole batch.
@@ -54,7 +57,8 @@ def paged_attention(
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
-    if position_bias is None and query.is_cuda and query.dtype in TRITON_DTYPES and key_cache.dtype in TRITON_DTYPES:
+    triton_dtypes = query.dtype in TRITON_DTYPES and key_cache.dtype in TRITON_CACHE_DTYPES
+    if position_bias is None and query.is_cuda and triton_dtypes:
         triton = triton_decode_kernels()
         if triton is not None:
             return triton[0](query, key_cache, value_cache, block_tables, context_lens, scale)
@@ -129,7 +133,7 @@ class _Workspace:
         head_size = cache.shape[-1]
         flat_rows = rows.reshape(-1)
         raw = self.raw[: flat_rows.numel() * head_size].view(-1, head_size)
-        torch.index_select(cache.reshape(-1, head_size), 0, flat_rows, out=raw)
+        torch.index_select(storage_view(cache).reshape(-1, head_size), 0, flat_rows, out=storage_view(raw))
         if self.wide is not None:
             raw = self.wide[: raw.numel()].view_as(raw).copy_(raw)
         return raw.view(*rows.shape, head_size)
@@ -203,8 +207,8 @@ def _chunk_seqs(device: torch.device, bytes_per_seq: int) -> int:
 
 
 def _compute_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> torch.dtype:
-    """float32, or float64 when an input is float64."""
-    return torch.promote_types(torch.promote_types(query_dtype, cache_dtype), torch.float32)
+    """float32, or float64 when an input is float64 (a float8 cache counts as float32)."""
+    return torch.promote_types(torch.promote_types(query_dtype, compute_dtype_of(cache_dtype)), torch.float32)
 
 
 def _check_args(query, key_cache, value_cache, block_tables, context_lens) -> None:

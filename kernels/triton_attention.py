@@ -6,6 +6,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from .cache_dtype import FP8
 from .relative_buckets import relative_position_bucket
 from .triton_launch import (check_device, kernel_for, max_combine, next_power_of_two, sum_combine, tl, token_tile,
                             triton_available)
@@ -14,6 +15,8 @@ from .triton_split import check_overrides, choose_splits, combine_partials, spli
 __all__ = ["RelativeBias", "paged_decode_attention", "triton_available"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# A cache may also hold float8 e4m3 (kernels/cache_dtype.py), widened to float32 as it is read.
+CACHE_DTYPES = SUPPORTED_DTYPES + (FP8,)
 # Elements of the [query heads, tokens, head dims] product tile one program of four warps holds at once (more
 # spills registers on sm_90: ptxas -v on the compiled kernel); larger GQA groups take eight warps.
 _TILE_ELEMENTS = 4096
@@ -46,7 +49,8 @@ def paged_decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_c
                            workspace: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Single-query attention of each sequence over its paged context, the contract of ``paged_attention``.
 
-    query ``[num_seqs, num_heads, head_size]``; caches ``[num_blocks, block_size, num_kv_heads, head_size]``;
+    query ``[num_seqs, num_heads, head_size]``; caches ``[num_blocks, block_size, num_kv_heads, head_size]`` (of the
+    query's dtype or another, float8 e4m3 included);
     block_tables int32 ``[num_seqs, max_blocks]``; context_lens int32 ``[num_seqs]``. Query head ``h`` reads kv
     head ``h // (num_heads // num_kv_heads)``; a zero context gives zeros; softmax in float32; cache slots past
     a context are never read. One program per (sequence, kv head) walks the blocks up to the length it reads
@@ -221,9 +225,11 @@ def _check_inputs(query, key_cache, value_cache, block_tables, context_lens) -> 
     if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or context_lens.shape != (num_seqs,):
         raise ValueError(f"block_tables {tuple(block_tables.shape)} and context_lens {tuple(context_lens.shape)} "
                          f"must cover num_seqs={num_seqs}")
-    for name, tensor in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache)):
-        if tensor.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} dtype must be one of {SUPPORTED_DTYPES}, got {tensor.dtype}")
+    if query.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"query dtype must be one of {SUPPORTED_DTYPES}, got {query.dtype}")
+    for name, tensor in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if tensor.dtype not in CACHE_DTYPES:
+            raise TypeError(f"{name} dtype must be one of {CACHE_DTYPES}, got {tensor.dtype}")
     for name, tensor in (("block_tables", block_tables), ("context_lens", context_lens)):
         if tensor.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"{name} must be int32 or int64, got {tensor.dtype}")

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import torch
 
+from .cache_dtype import storage_view, to_cache_dtype
 from .triton_launch import check_device, kernel_for, next_power_of_two, tl, triton_available
 
 __all__ = ["copy_paged_blocks", "triton_available", "write_to_paged_cache"]
@@ -39,15 +40,22 @@ def write_to_paged_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torc
         return
     if slot_mapping.device.type == "cpu" and int(slot_mapping.max()) >= num_slots:
         raise ValueError(f"slot_mapping: slot {int(slot_mapping.max())} is past the cache's {num_slots} slots")
-    # torch casts (round to nearest even on every device; Triton's interpreter truncates), so the kernel only copies
-    key = key.to(key_cache.dtype) if key.stride(2) == 1 else key.to(key_cache.dtype).contiguous()
-    value = value.to(value_cache.dtype) if value.stride(2) == 1 else value.to(value_cache.dtype).contiguous()
+    # torch casts (round to nearest even on every device, float8 saturated; Triton's interpreter truncates), so the
+    # kernel only copies
+    key = _cast_rows(key, key_cache.dtype)
+    value = _cast_rows(value, value_cache.dtype)
     kernel_for(_write_kernel, key.device)[(num_tokens,)](
-        key, value, key_cache, value_cache, slot_mapping, num_slots, key.stride(0), key.stride(1),
+        *map(storage_view, (key, value, key_cache, value_cache)), slot_mapping, num_slots, key.stride(0), key.stride(1),
         value.stride(0), value.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         HEADS=num_kv_heads, HEADS_PAD=next_power_of_two(num_kv_heads), HEAD_SIZE=head_size,
         HEAD_PAD=next_power_of_two(head_size), BLOCK_SIZE=key_cache.shape[1])
+
+
+def _cast_rows(tokens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tokens`` in the cache dtype with a contiguous head_size dimension."""
+    cast = to_cache_dtype(tokens, dtype)
+    return cast if cast.stride(2) == 1 else cast.contiguous()
 
 
 def _write_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, num_slots, key_stride_token,
@@ -87,7 +95,7 @@ def copy_paged_blocks(key_caches: Sequence[torch.Tensor], value_caches: Sequence
         return
     pairs = block_mapping.contiguous()
     for cache in list(key_caches) + list(value_caches):
-        _copy_cache_blocks(cache, pairs, num_pairs)
+        _copy_cache_blocks(storage_view(cache), pairs, num_pairs)
 
 
 def _copy_cache_blocks(cache: torch.Tensor, pairs: torch.Tensor, num_pairs: int) -> None:

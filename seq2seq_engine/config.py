@@ -6,6 +6,9 @@ from typing import Any, Optional
 
 # The dtypes the engine runs in, by name (their torch.dtype comes from torch_dtype()).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+# KV-cache dtypes beyond those: vLLM's names of float8 e4m3 (saturating, scale 1), read by the CUDA kernels only.
+FP8_CACHE_NAMES = ("fp8", "fp8_e4m3")
+KV_CACHE_DTYPE_NAMES = DTYPE_NAMES + FP8_CACHE_NAMES
 _QUANTIZATION_METHODS = (None, "int8")  # int8: Linear layers on int8 weights and activations (models/int8.py)
 _POLICIES = ("fcfs", "priority")
 _PREEMPTION_MODES = ("recompute", "swap")
@@ -21,6 +24,16 @@ def torch_dtype(name: str) -> Any:
         raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {name!r}")
     import torch
     return getattr(torch, name)
+
+
+def cache_torch_dtype(name: str) -> Any:
+    """The torch.dtype of one of KV_CACHE_DTYPE_NAMES."""
+    if name in FP8_CACHE_NAMES:
+        import torch
+        return torch.float8_e4m3fn
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPE_NAMES}, got {name!r}")
+    return torch_dtype(name)
 
 
 def _require_positive(name: str, value: Optional[int]) -> None:
@@ -103,7 +116,8 @@ class CacheConfig:
     num_gpu_blocks: Optional[int] = None
     num_cpu_blocks: Optional[int] = None
     watermark: float = 0.01
-    # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §28); or one of DTYPE_NAMES.
+    # "auto": the model's dtype, except bfloat16 for int8-quantized models (decisions §28); or one of
+    # KV_CACHE_DTYPE_NAMES (fp8 on CUDA only: decisions §88).
     cache_dtype: str = "auto"
     # Free blocks keep what they held until the pool needs them: full decoder blocks found again by their token
     # prefix (vLLM's automatic prefix caching), cross tables found again by their encoder input.
@@ -112,8 +126,9 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         _require_positive("block_size", self.block_size)
-        if self.cache_dtype not in ("auto",) + DTYPE_NAMES:
-            raise ValueError(f"kv_cache_dtype must be 'auto' or one of {DTYPE_NAMES}, got {self.cache_dtype!r}")
+        if self.cache_dtype not in ("auto",) + KV_CACHE_DTYPE_NAMES:
+            raise ValueError(f"kv_cache_dtype must be 'auto' or one of {KV_CACHE_DTYPE_NAMES}, got "
+                             f"{self.cache_dtype!r}")
         if self.kv_cache_space_gb <= 0:
             raise ValueError(f"kv_cache_space_gb must be > 0, got {self.kv_cache_space_gb!r}")
         if self.swap_space_gb < 0:
@@ -197,9 +212,13 @@ class EngineConfig:
         return "bfloat16" if self.model_config.quantization == "int8" else self.model_config.dtype
 
     def __post_init__(self) -> None:
-        if self.device_config.resolved != "cpu" and self.kv_cache_dtype != self.model_config.dtype:
+        on_cpu = self.device_config.resolved == "cpu"
+        if on_cpu and self.kv_cache_dtype in FP8_CACHE_NAMES:
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} needs a CUDA GPU of compute capability 8.9 or "
+                             f"later; the CPU kernels read {DTYPE_NAMES} caches")
+        if not on_cpu and self.kv_cache_dtype not in (self.model_config.dtype,) + FP8_CACHE_NAMES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} differs from the model's dtype "
-                             f"{self.model_config.dtype!r}: only the CPU kernels read a cache of another dtype")
+                             f"{self.model_config.dtype!r}: on a GPU the cache is the model's dtype or fp8")
 
 
 # Length limit (both sides) of models with relative positions and no position table (T5): their pretraining length.

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.config import DeviceConfig, EngineConfig, torch_dtype
+from seq2seq_engine.config import DeviceConfig, EngineConfig, cache_torch_dtype, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
 from seq2seq_engine.engine.arg_utils import EngineArgs
@@ -28,6 +28,7 @@ from seq2seq_engine.models.kernel_table import startup_line
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.platforms import current_platform
 from seq2seq_engine.platforms.cpu_memory import release_free_memory, tune_malloc
+from seq2seq_engine.platforms.cuda import require_fp8_cache_support
 from seq2seq_engine.platforms.startup_gc import collect_startup_garbage
 from seq2seq_engine.sampling.metadata import make_generator
 from seq2seq_engine.sampling_params import SamplingParams
@@ -58,7 +59,9 @@ class LLMEngine:
             tune_malloc()
         torch.manual_seed(self.model_config.seed)
         self.tokenizer = tokenizer
-        self.kv_cache_dtype = torch_dtype(config.kv_cache_dtype)
+        self.kv_cache_dtype = cache_torch_dtype(config.kv_cache_dtype)
+        if self.kv_cache_dtype == torch.float8_e4m3fn:
+            require_fp8_cache_support(self.device)
         cache_config = self._sized_cache_config(config, model, gpu_memory_utilization)
         self.cache_config = cache_config
         self.scheduler_config = config.scheduler_config

@@ -58,6 +58,24 @@ def probe_triton() -> Probe:
     return True, f"triton {getattr(triton, '__version__', '?')} ({getattr(target, 'backend', target)})"
 
 
+# float8 e4m3 loads in the Triton kernels need Ada or Hopper (sm_89, sm_90) or later.
+FP8_CACHE_CAPABILITY = (8, 9)
+
+
+def require_fp8_cache_support(device, capability: Optional[Tuple[int, int]] = None) -> None:
+    """Raise a ValueError naming kv_cache_dtype unless ``device`` is a CUDA GPU whose kernels read an fp8 cache
+    (``capability``: the device's, asked of torch when not given)."""
+    import torch
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"kv_cache_dtype fp8 needs a CUDA device, got {device.type!r}")
+    if capability is None:
+        capability = torch.cuda.get_device_capability(device)
+    if tuple(capability) < FP8_CACHE_CAPABILITY:
+        raise ValueError(f"kv_cache_dtype fp8 needs a GPU of compute capability {FP8_CACHE_CAPABILITY[0]}."
+                         f"{FP8_CACHE_CAPABILITY[1]} or later; this one is {capability[0]}.{capability[1]}")
+
+
 @dataclasses.dataclass(frozen=True)
 class CudaPlatform:
     """A CUDA device and the kernels chosen for it: `prefill` is "xformers" (memory-efficient attention, where its

@@ -150,3 +150,21 @@ def test_a_mixed_step_writes_the_kernels_decode_rows_after_the_prefill_rows(trit
                                                             layer.relative_attention_bias.weight.detach()),
                                atol=1e-5, rtol=1e-5)
     assert len(triton_kernel) == 1 and triton_kernel[0] is not None
+
+
+def test_a_float8_cache_is_read_widened_by_the_kernel_and_the_prefill_gather(triton_kernel):
+    """The same step over float8 caches: the kernel's decode rows and the gather a cached prefix's prefill reads
+    equal plain attention and indexing over the widened values."""
+    layer = _t5_layer(seed=7)
+    query, kv_cache, decode = _paged_case([6, 21, 40], seed=13)
+    fp8_cache = tuple((cache * 4).to(torch.float8_e4m3fn) for cache in kv_cache)
+    widened = tuple(cache.float() for cache in fp8_cache)
+    out = CudaAttentionBackend("sdpa", "triton").paged_decode(query, fp8_cache, decode, 0.5, _step_bias(layer))
+    expected = _reference(query, widened, decode, 0.5, layer.relative_attention_bias.weight.detach())
+    torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=1e-4)
+    tables, _, _ = decode
+    bias = BlockDiagonalCausalMask.from_seqlens([6, 21])
+    gathered = torch_backend._gather_context(fp8_cache, tables[:2], bias)
+    assert all(t.dtype == torch.float8_e4m3fn for t in gathered)
+    for got, want in zip(gathered, torch_backend._gather_context(widened, tables[:2], bias)):
+        assert torch.equal(got.float(), want)

@@ -7,7 +7,11 @@ HF's argmax given the tokens before it, HF's own greedy loop produces exactly th
 to identity (HF's logits are themselves bfloat16, so its argmax is often a tie, and the two sides round in different
 orders): at least 90% of the tokens must be HF's argmax and every token's logit within 0.25 of HF's best (the logits
 spread with a std of about 1.6: a wrong attention read lands tokens several units below the best). On the CPU engine
-these checks measured 97-100% and at most 0.03."""
+these checks measured 97-100% and at most 0.03.
+
+A float8 KV cache (kv_cache_dtype="fp8") rounds every cached K/V value to 3 mantissa bits, so it is held to looser
+bounds against HF's bfloat16: at least 75% HF argmax and every logit within 1.0 of HF's best, still far from what a
+misread cache gives (tokens several units below the best)."""
 import pytest
 import torch
 from cuda_models import NUM_TOKENS, agreement, build_case, load_hf, run_engine, strict_float32
@@ -18,6 +22,8 @@ ARCHS = ["bart", "t5", "whisper", "llama"]
 BF16_MIN_ARGMAX_SHARE = 0.9
 BF16_MAX_GAP = 0.25
 FP32_MAX_LOGPROB_DIFF = 1e-3
+FP8_MIN_ARGMAX_SHARE = 0.75
+FP8_MAX_GAP = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +66,12 @@ def test_bfloat16_graphs_match_eager_and_hf_within_rounding(arch, cases):
     result = agreement(case, graphs, load_hf(case, torch.bfloat16))
     assert result.argmax_share >= BF16_MIN_ARGMAX_SHARE, result.mismatches
     assert result.max_gap <= BF16_MAX_GAP, result.mismatches
+
+
+@pytest.mark.parametrize("arch", ["bart", "whisper"])
+def test_an_fp8_kv_cache_stays_near_hf(arch, cases):
+    case = cases(arch)
+    graphs = run_engine(case.model_dir, case.prompts, "bfloat16", False, kv_cache_dtype="fp8")
+    result = agreement(case, graphs, load_hf(case, torch.bfloat16))
+    assert result.argmax_share >= FP8_MIN_ARGMAX_SHARE, result.mismatches
+    assert result.max_gap <= FP8_MAX_GAP, result.mismatches

@@ -134,3 +134,30 @@ def test_this_gpus_platform_runs_what_its_probes_found():
     assert platform.device_name == torch.cuda.get_device_name()
     assert (platform.prefill == "xformers") is cuda.probe_xformers()[0]
     assert (platform.paged_kernels == "triton") is cuda.probe_triton()[0]
+
+
+def test_an_fp8_kv_cache_is_a_cuda_feature_of_capability_8_9_and_later(tmp_path):
+    """Refused on the CPU (by the config, before a model loads) and on older GPUs; accepted on a GPU beside any model
+    dtype, where every other cache dtype must be the model's."""
+    import dataclasses
+
+    from transformers import AutoConfig
+
+    from seq2seq_engine import LLM
+    from seq2seq_engine.config import DeviceConfig, cache_torch_dtype
+    from seq2seq_engine.engine.arg_utils import EngineArgs
+    model_dir, _ = build_tiny_t5("t5", tmp_path)
+    with pytest.raises(ValueError, match=r"kv_cache_dtype 'fp8' needs a CUDA GPU of compute capability 8.9"):
+        LLM(model_dir, skip_tokenizer_init=True, device="cpu", kv_cache_dtype="fp8")
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    for name in ("fp8", "fp8_e4m3"):
+        args = EngineArgs(model=model_dir, dtype="bfloat16", kv_cache_dtype=name, device="cuda")
+        assert cache_torch_dtype(args.create_engine_config(hf_config).kv_cache_dtype) == torch.float8_e4m3fn
+    config = EngineArgs(model=model_dir, dtype="bfloat16", kv_cache_dtype="float32").create_engine_config(hf_config)
+    with pytest.raises(ValueError, match="on a GPU the cache is the model's dtype or fp8"):
+        dataclasses.replace(config, device_config=DeviceConfig("cuda"))
+    with pytest.raises(ValueError, match="compute capability 8.9 or later; this one is 8.0"):
+        cuda.require_fp8_cache_support("cuda", capability=(8, 0))
+    cuda.require_fp8_cache_support("cuda", capability=(9, 0))
+    with pytest.raises(ValueError, match="needs a CUDA device, got 'cpu'"):
+        cuda.require_fp8_cache_support("cpu")

@@ -11,6 +11,7 @@ from seq2seq_engine.attention.metadata import AttentionMetadata
 from seq2seq_engine.attention.position_bias import PositionBiasFn, StepPositionBias, as_step_bias
 from seq2seq_engine.attention.types import AttentionType
 from seq2seq_engine.kernels import paged_attention, reshape_and_cache
+from seq2seq_engine.kernels.cache_dtype import storage_view
 
 KVCache = Tuple[torch.Tensor, torch.Tensor]
 PositionBias = Union[PositionBiasFn, StepPositionBias]
@@ -62,13 +63,14 @@ def _gather_context(kv_cache: KVCache, block_tables: torch.Tensor, bias: Attenti
     """K/V of whole prefill sequences (cached context + new tokens) read back from the paged cache."""
     key_cache, value_cache = kv_cache
     block_size = key_cache.shape[1]
+    key_bytes, value_bytes = storage_view(key_cache), storage_view(value_cache)  # float8 is gathered as bytes
     keys, values = [], []
     for row, (_, _, k_start, k_end) in enumerate(segment_bounds(bias)):
         seq_len = k_end - k_start
         blocks = block_tables[row, :(seq_len + block_size - 1) // block_size].long()
-        keys.append(key_cache[blocks].flatten(0, 1)[:seq_len])
-        values.append(value_cache[blocks].flatten(0, 1)[:seq_len])
-    return torch.cat(keys), torch.cat(values)
+        keys.append(key_bytes[blocks].flatten(0, 1)[:seq_len])
+        values.append(value_bytes[blocks].flatten(0, 1)[:seq_len])
+    return torch.cat(keys).view(key_cache.dtype), torch.cat(values).view(value_cache.dtype)
 
 
 class TorchAttentionBackend:
