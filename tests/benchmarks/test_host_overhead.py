@@ -1,0 +1,26 @@
+"""benchmarks/host_overhead.py at a few requests: both workloads run, every request gets its tokens, and the table
+splits each step into model compute and host time."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_small_run_prints_the_table_and_the_tokens(tmp_path):
+    tokens_out = tmp_path / "tokens.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "host_overhead.py"), "--rounds", "1",
+                             "--whisper-windows", "3", "--whisper-new-tokens", "4", "--bart-docs", "5",
+                             "--bart-new-tokens", "3", "--tokens-out", str(tokens_out)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = re.findall(r"^\| (whisper 3x4|bart 5x3) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \| "
+                      r"(\d+) \|$", result.stdout, re.M)
+    assert [row[0] for row in rows] == ["whisper 3x4", "bart 5x3"], result.stdout
+    for name, wall, steps, compute, _, _, tokens in rows:
+        assert float(wall) > 0 and int(steps) >= 3 and float(compute) > 0
+        assert int(tokens) == (3 * 4 if name.startswith("whisper") else 5 * 3)
+    tokens = json.loads(tokens_out.read_text())
+    assert [len(t) for t in tokens["whisper 3x4"]] == [4] * 3 and [len(t) for t in tokens["bart 5x3"]] == [3] * 5
