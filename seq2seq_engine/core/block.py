@@ -14,6 +14,14 @@ class Device(enum.Enum):
     CPU = enum.auto()
 
 
+class AllocStatus(enum.Enum):
+    """OK: fits now. LATER: fits once other requests free blocks. NEVER: larger than the whole pool."""
+
+    OK = enum.auto()
+    LATER = enum.auto()
+    NEVER = enum.auto()
+
+
 class PhysicalTokenBlock:
     """One block of `block_size` K/V slots; `ref_count` is the number of block tables that hold it; `cache_key` is
     set while the block's content is registered in a cache (prefix_cache.py, cross_cache.py), None otherwise."""

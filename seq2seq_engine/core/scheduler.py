@@ -52,6 +52,10 @@ class Scheduler:
     def get_num_unfinished_seq_groups(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.swapped)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block; False, changing nothing, while requests are unfinished."""
+        return not self.has_unfinished_seqs() and self.block_manager.reset_prefix_cache()
+
     def abort_seq_group(self, request_id: Union[str, Iterable[str]]) -> None:
         """Finish the named requests wherever they are, returning their self and cross blocks."""
         request_ids = {request_id} if isinstance(request_id, str) else set(request_id)

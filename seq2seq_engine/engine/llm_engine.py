@@ -157,10 +157,7 @@ class LLMEngine:
     def reset_prefix_cache(self) -> bool:
         """vLLM's name: forget every cached block (prefix and encoder caches), so later requests compute everything
         again (benchmarks that repeat their work use it). False, changing nothing, while requests are unfinished."""
-        if self.has_unfinished_requests():
-            return False
-        self.scheduler.block_manager.gpu_allocator.evict_all()
-        return True
+        return self.scheduler.reset_prefix_cache()
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_seqs()
