@@ -136,6 +136,7 @@ def whisper_ours(llm, features: List[torch.Tensor], new_tokens: int) -> List[Lis
     prompts = [TokensPrompt(prompt_token_ids=WHISPER_PROMPT, multi_modal_data={"input_features": f})
                for f in features]
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, min_tokens=new_tokens)
+    llm.reset_prefix_cache()  # no run reuses the encoder outputs of the warm-up or an earlier round
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
@@ -170,6 +171,7 @@ def bart_ours(llm, documents: List[List[int]], new_tokens: int) -> List[List[int
                                             decoder_prompt=TokensPrompt(prompt_token_ids=BART_DECODER_PROMPT))
                for d in documents]
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, min_tokens=new_tokens)
+    llm.reset_prefix_cache()  # no run reuses the encoder outputs of the warm-up or an earlier round
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 

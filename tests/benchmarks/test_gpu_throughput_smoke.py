@@ -29,3 +29,23 @@ def test_tiny_cpu_run_writes_json_and_table(tmp_path):
     table = [line for line in result.stdout.splitlines() if line.startswith("| whisper |") or
              line.startswith("| bart |")]
     assert len(table) == 6, result.stdout
+
+
+def test_every_run_of_ours_runs_its_encoders_again(tmp_path):
+    """A round after the warm-up on the same inputs reads no cached encoder output (the encoder cache would skip the
+    encoders and inflate our speed)."""
+    import argparse
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import gpu_workloads as gw
+    args = argparse.Namespace(device="cpu", dtype="float32", shape="tiny", seed=0, enforce_eager=False,
+                              kv_cache_dtype="auto", max_num_batched_tokens=None, max_batch=4, bart_docs=3,
+                              whisper_new_tokens=2, bart_new_tokens=2, bart_min_len=8, bart_max_len=16)
+    whisper = gw.whisper_setup(args, str(tmp_path / "whisper"))
+    features = gw.whisper_features(args, 2)
+    documents = gw.bart_documents(args)
+    bart = gw.bart_setup(args, str(tmp_path / "bart"), documents)
+    for llm, run, inputs in ((whisper.ours, gw.whisper_ours, features), (bart.ours, gw.bart_ours, documents)):
+        runner = llm.llm_engine.model_runner
+        first = run(llm, inputs, 2)
+        before = runner.num_encoder_runs
+        assert run(llm, inputs, 2) == first and runner.num_encoder_runs - before == len(inputs)
