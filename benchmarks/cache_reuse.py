@@ -43,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="every configuration this many times, interleaved")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--languages", default="all", help="whisper: comma list of clip languages, or all")
+    parser.add_argument("--clips-per-language", type=int, default=0, help="whisper: the first N clips of each "
+                        "language (0: all)")
     parser.add_argument("--chat-requests", type=int, default=64)
     parser.add_argument("--chat-new-tokens", type=int, default=64)
     parser.add_argument("--shape", choices=sorted(translation.SHAPES), default="full", help="translate: model shape")
@@ -52,11 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-hf", action="store_true", help="translate: skip HF generate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write every run's times and counters to this JSON file")
-    parser.add_argument("--quick", action="store_true", help="smoke run: the English clips, 4 chat requests of 4 "
+    parser.add_argument("--quick", action="store_true", help="smoke run: one English clip, 4 chat requests of 4 "
                         "tokens, a tiny translation model, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.languages, args.chat_requests, args.chat_new_tokens = 1, "en", 4, 4
+        args.rounds, args.languages, args.clips_per_language = 1, "en", 1
+        args.chat_requests, args.chat_new_tokens = 4, 4
         args.shape, args.doc_tokens, args.target_languages, args.translate_new_tokens = "tiny", 96, 4, 8
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown or args.rounds < 1:
@@ -78,6 +81,17 @@ def interleaved(specs: list, rounds: int, failures: List[str]) -> Runs:
             else:
                 runs[label].append(run)
     return {label: label_runs for label, label_runs in runs.items() if label_runs}
+
+
+def first_per_language(clips: list, limit: int) -> list:
+    """The first `limit` clips of each language, in order."""
+    taken: Dict[str, int] = {}
+    kept = []
+    for clip in clips:
+        if taken.get(clip.language, 0) < limit:
+            taken[clip.language] = taken.get(clip.language, 0) + 1
+            kept.append(clip)
+    return kept
 
 
 def best(runs: List[CacheRun]) -> CacheRun:
@@ -121,6 +135,8 @@ def whisper_workload(args: argparse.Namespace, failures: List[str], summary: lis
     clips = load_clips("all", 0)
     if args.languages != "all":
         clips = [clip for clip in clips if clip.language in args.languages.split(",")]
+    if args.clips_per_language:
+        clips = first_per_language(clips, args.clips_per_language)
     job = WhisperCacheJob(resolve_model_path("whisper-base"), clip_groups(clips), args.threads)
     audio_s = sum(len(clip.samples) for clip in clips) / SAMPLE_RATE
     print(f"\n## whisper: whisper-base, {len(clips)} clips ({audio_s:.1f} s) in {len(job.groups)} languages, one "
