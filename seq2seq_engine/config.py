@@ -215,7 +215,7 @@ class EngineConfig:
         on_cpu = self.device_config.resolved == "cpu"
         if on_cpu and self.kv_cache_dtype in FP8_CACHE_NAMES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} needs a CUDA GPU of compute capability 8.9 or "
-                             f"later; the CPU kernels read {DTYPE_NAMES} caches")
+                             f"later; the CPU kernels read {', '.join(DTYPE_NAMES)} caches")
         if not on_cpu and self.kv_cache_dtype not in (self.model_config.dtype,) + FP8_CACHE_NAMES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} differs from the model's dtype "
                              f"{self.model_config.dtype!r}: on a GPU the cache is the model's dtype or fp8")
