@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv (scripts/setup_env.sh), checks style (flake8, isort) and the import contracts (lint-imports), runs the
-# kernel and int8 tests on an AVX2-only CPU stood in on this one, then the whole test suite; pytest's "no tests"
-# (exit 5) is a failure.
+# kernel and int8 tests on an AVX2-only CPU stood in on this one, then the whole test suite (arguments: pytest's,
+# instead of the AVX2 pass and the whole suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -21,12 +21,25 @@ if [ "$#" -eq 0 ]; then
         --ignore-glob='tests/kernels/test_triton_*' --ignore=tests/kernels/test_portable_builds.py \
         --ignore=tests/kernels/test_linear_builds.py
 fi
-set +e
-.venv/bin/python -m pytest -q "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests: failing" >&2
-    exit 1
+# pytest's "no tests" (exit 5) is a failure
+run_pytest() {
+    set +e
+    .venv/bin/python -m pytest -q "$@"
+    local status=$?
+    set -e
+    if [ "$status" -eq 5 ]; then
+        echo "pytest collected no tests: failing" >&2
+        return 1
+    fi
+    return "$status"
+}
+if [ "$#" -gt 0 ]; then
+    run_pytest "$@"
+    exit
 fi
+# The benchmark scripts' smoke tests spend their time in child processes of one thread each (imports, model loads):
+# two at a time (pytest-xdist), then everything else in one process.
+status=0
+run_pytest -n 2 tests/benchmarks || status=$?
+run_pytest --ignore=tests/benchmarks || status=$?
 exit "$status"
