@@ -37,9 +37,21 @@ if [ "$#" -gt 0 ]; then
     run_pytest "$@"
     exit
 fi
-# The benchmark scripts' smoke tests spend their time in child processes of one thread each (imports, model loads):
-# two at a time (pytest-xdist), then everything else in one process.
+# Two pytest processes at a time (pytest-xdist, a test file each) where the tests only compute: the benchmark
+# scripts' smoke runs (child processes of one thread each), the models, kernels, engine and the layers below them.
+# The tests of live audio, servers and the Ray cluster, whose timing and ports another process would disturb, run
+# afterwards in one process.
+SHARED=(tests/benchmarks tests/models tests/kernels tests/engine tests/sampling tests/core tests/attention tests/worker
+        tests/inputs tests/tokenization tests/model_loader tests/platforms tests/docs)
+SERIAL=(tests/transcription tests/audio tests/entrypoints tests/integrations tests/cuda tests/test_*.py)
+for folder in tests/*/; do   # a new test folder must be put in one of the two lists
+    folder=${folder%/}
+    if [[ $folder != tests/__* && " ${SHARED[*]} ${SERIAL[*]} " != *" $folder "* ]]; then
+        echo "scripts/test.sh: $folder is in neither SHARED nor SERIAL" >&2
+        exit 1
+    fi
+done
 status=0
-run_pytest -n 2 tests/benchmarks || status=$?
-run_pytest --ignore=tests/benchmarks || status=$?
+run_pytest -n 2 --dist loadfile "${SHARED[@]}" || status=$?
+run_pytest "${SERIAL[@]}" || status=$?
 exit "$status"
