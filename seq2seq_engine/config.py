@@ -8,6 +8,8 @@ from typing import Any, Optional
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 # KV-cache dtypes beyond those: vLLM's names of float8 e4m3 (saturating, scale 1), read by the CUDA kernels only.
 FP8_CACHE_NAMES = ("fp8", "fp8_e4m3")
+# The compute capability whose GPUs run float8 loads in the Triton kernels (Ada, Hopper: sm_89, sm_90) and later.
+FP8_CACHE_CAPABILITY = (8, 9)
 KV_CACHE_DTYPE_NAMES = DTYPE_NAMES + FP8_CACHE_NAMES
 _QUANTIZATION_METHODS = (None, "int8")  # int8: Linear layers on int8 weights and activations (models/int8.py)
 _POLICIES = ("fcfs", "priority")
@@ -214,8 +216,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         on_cpu = self.device_config.resolved == "cpu"
         if on_cpu and self.kv_cache_dtype in FP8_CACHE_NAMES:
-            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} needs a CUDA GPU of compute capability 8.9 or "
-                             f"later; the CPU kernels read {', '.join(DTYPE_NAMES)} caches")
+            major, minor = FP8_CACHE_CAPABILITY
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} needs a CUDA GPU of compute capability "
+                             f"{major}.{minor} or later; the CPU kernels read {', '.join(DTYPE_NAMES)} caches")
         if not on_cpu and self.kv_cache_dtype not in (self.model_config.dtype,) + FP8_CACHE_NAMES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} differs from the model's dtype "
                              f"{self.model_config.dtype!r}: on a GPU the cache is the model's dtype or fp8")

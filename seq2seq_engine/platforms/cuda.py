@@ -6,6 +6,8 @@ import dataclasses
 import logging
 from typing import Callable, Dict, List, Optional, Tuple
 
+from seq2seq_engine.config import FP8_CACHE_CAPABILITY
+
 logger = logging.getLogger(__name__)
 
 PREFILL_XFORMERS = "xformers"
@@ -56,10 +58,6 @@ def probe_triton() -> Probe:
     except Exception as error:  # ImportError, or no usable driver / backend
         return False, f"triton is not usable ({type(error).__name__}: {error})"
     return True, f"triton {getattr(triton, '__version__', '?')} ({getattr(target, 'backend', target)})"
-
-
-# float8 e4m3 loads in the Triton kernels need Ada or Hopper (sm_89, sm_90) or later.
-FP8_CACHE_CAPABILITY = (8, 9)
 
 
 def require_fp8_cache_support(device, capability: Optional[Tuple[int, int]] = None) -> None:
