@@ -1,5 +1,6 @@
 """`gpu_throughput.py`'s workloads: random Whisper large-v3 and BART-large shaped models built on the device, saved once
 for this engine's loader, and one timed generation of each engine (this engine and HF `generate`) on the same inputs."""
+import argparse
 import dataclasses
 import math
 import time
@@ -30,6 +31,13 @@ BART_SHAPES = {
 }
 BART_DECODER_PROMPT = [2, 0]   # decoder_start, bos
 WINDOW_SECONDS = 30.0          # 3000 feature frames of 10 ms: 1500 encoder positions
+
+
+def tiny_cpu_args(**sizes: Any) -> argparse.Namespace:
+    """The arguments the workloads read, for the tiny shapes at float32 on the CPU (host-time measurements and
+    tests), with `sizes` (max_batch, whisper_new_tokens, bart_docs, ...) added."""
+    return argparse.Namespace(device="cpu", dtype="float32", shape="tiny", seed=0, enforce_eager=False,
+                              kv_cache_dtype="auto", max_num_batched_tokens=None, **sizes)
 
 
 def synchronize(device: str) -> None:

@@ -80,11 +80,9 @@ def main() -> None:
     cli = parser.parse_args()
     if cli.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {cli.rounds}")
-    args = argparse.Namespace(device="cpu", dtype="float32", shape="tiny", seed=0, enforce_eager=False,
-                              kv_cache_dtype="auto", max_num_batched_tokens=None,
-                              max_batch=max(cli.whisper_windows, cli.bart_docs),
-                              whisper_new_tokens=cli.whisper_new_tokens, bart_new_tokens=cli.bart_new_tokens,
-                              bart_docs=cli.bart_docs, bart_min_len=32, bart_max_len=96)
+    args = gw.tiny_cpu_args(max_batch=max(cli.whisper_windows, cli.bart_docs),
+                            whisper_new_tokens=cli.whisper_new_tokens, bart_new_tokens=cli.bart_new_tokens,
+                            bart_docs=cli.bart_docs, bart_min_len=32, bart_max_len=96)
     rows = {}
     with tempfile.TemporaryDirectory() as workdir:
         whisper = gw.whisper_setup(args, f"{workdir}/whisper")

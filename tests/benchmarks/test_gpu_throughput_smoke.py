@@ -34,12 +34,10 @@ def test_tiny_cpu_run_writes_json_and_table(tmp_path):
 def test_every_run_of_ours_runs_its_encoders_again(tmp_path):
     """A round after the warm-up on the same inputs reads no cached encoder output (the encoder cache would skip the
     encoders and inflate our speed)."""
-    import argparse
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import gpu_workloads as gw
-    args = argparse.Namespace(device="cpu", dtype="float32", shape="tiny", seed=0, enforce_eager=False,
-                              kv_cache_dtype="auto", max_num_batched_tokens=None, max_batch=4, bart_docs=3,
-                              whisper_new_tokens=2, bart_new_tokens=2, bart_min_len=8, bart_max_len=16)
+    args = gw.tiny_cpu_args(max_batch=4, bart_docs=3, whisper_new_tokens=2, bart_new_tokens=2, bart_min_len=8,
+                            bart_max_len=16)
     whisper = gw.whisper_setup(args, str(tmp_path / "whisper"))
     features = gw.whisper_features(args, 2)
     documents = gw.bart_documents(args)
