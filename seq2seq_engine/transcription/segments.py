@@ -109,8 +109,7 @@ def pieces_and_segments(windows: Sequence[WindowTokens], tokens: WhisperTokens, 
                 text = decode(text_ids)
                 pieces.append(text)
                 if text.strip():
-                    segments.append(Segment(*window.input_span(start, end), text.strip(), **window.scores(),
-                                            words=window.input_words(index)))
+                    segments += _timed_segments(window, index, start, end, text)
         else:
             text = decode([t for t in window.token_ids if tokens.is_text(t)])
             pieces.append(text)
@@ -122,3 +121,25 @@ def pieces_and_segments(windows: Sequence[WindowTokens], tokens: WhisperTokens, 
                 segments.append(Segment(window.offset, window.offset + window.duration, text.strip(),
                                         **window.scores(), words=window.input_words()))
     return pieces, segments
+
+
+def _timed_segments(window: WindowTokens, index: int, start: float, end: float, text: str) -> List[Segment]:
+    """Segment `index` of a window (`start`..`end` seconds into it) on the input's timeline. In a packed window,
+    one whose timed words fall in several speech pieces (TimeMap.piece_of) becomes one segment per piece, of its
+    words there: placed whole in one piece, the text of the others would be timed where it was not said."""
+    timings = window.words[index] if window.words is not None else None
+    if window.time_map is None or not timings:
+        return [Segment(*window.input_span(start, end), text.strip(), **window.scores(),
+                        words=window.input_words(index))]
+    groups: List[List[Word]] = []
+    last_piece = None
+    for timing in timings:
+        piece = window.time_map.piece_of(timing.start, timing.end)
+        if piece != last_piece:
+            groups.append([])
+            last_piece = piece
+        groups[-1].append(Word(*window.input_span(timing.start, timing.end), timing.word, timing.probability))
+    if len(groups) == 1:
+        return [Segment(*window.input_span(start, end), text.strip(), **window.scores(), words=groups[0])]
+    return [Segment(group[0].start, group[-1].end, "".join(w.word for w in group).strip(), **window.scores(),
+                    words=group) for group in groups]

@@ -67,19 +67,26 @@ class TimeMap:
         k = self.region_index(time, is_end)
         return (self.regions[k][0] + sample - self.window_starts[k]) / self.sample_rate
 
-    def span(self, start: float, end: float) -> Tuple[float, float]:
-        """The recording's (start, end) of a segment from `start` to `end` seconds into the window.
-
-        A segment is placed inside one piece: the one holding the largest part of it (the earliest on a tie), its
-        times clamped to that piece. Pieces are separated in the recording by audio VAD left out (at least
-        min_silence_duration_ms of it, less the padding), where no phrase goes on, and Whisper's timestamps next
-        to a splice are off by tenths of a second: a segment reaching across one would otherwise span the gap.
-        """
+    def piece_of(self, start: float, end: float) -> int:
+        """The piece holding the largest part of `start`..`end` seconds into the window (the earliest on a tie)."""
         a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
         b = min(max(end * self.sample_rate, a), float(self.num_samples))
         overlaps = [min(b, e) - max(a, s) for s, e in zip(self.window_starts, self.window_ends)]
         best = max(overlaps)
-        k = overlaps.index(best) if best > 0 else self.region_index(start)
+        return overlaps.index(best) if best > 0 else self.region_index(start)
+
+    def span(self, start: float, end: float) -> Tuple[float, float]:
+        """The recording's (start, end) of a segment from `start` to `end` seconds into the window.
+
+        A segment is placed inside one piece: the one holding the largest part of it (piece_of), its times clamped
+        to that piece. Pieces are separated in the recording by audio VAD left out (at least
+        min_silence_duration_ms of it, less the padding), where no phrase goes on, and Whisper's timestamps next
+        to a splice are off by tenths of a second: a segment reaching across one would otherwise span the gap.
+        (A segment whose timed words fall in several pieces is split there first: segments.py.)
+        """
+        k = self.piece_of(start, end)
+        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
+        b = min(max(end * self.sample_rate, a), float(self.num_samples))
         a = min(max(a, self.window_starts[k]), self.window_ends[k])
         b = min(max(b, self.window_starts[k]), self.window_ends[k])
         offset = self.regions[k][0] - self.window_starts[k]

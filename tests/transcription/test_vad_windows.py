@@ -137,3 +137,22 @@ def test_a_packed_windows_words_map_through_its_time_map_like_its_segments():
     window.words = None
     _, segments = stitch([window], EN, lambda ids: " " + "-".join(map(str, ids)), timestamps=True)
     assert all(g.words is None for g in segments)
+
+
+def test_a_segment_whose_words_fall_in_two_pieces_is_split_at_the_splice():
+    from test_transcription_units import EN, ts
+
+    from seq2seq_engine.transcription.words import WordTiming
+    # One segment over the whole window (beam search often writes no timestamp at the splice at 2.0 s): its
+    # words say where each part was said; placed whole, " 100 101" would be timed in the 10-11.5 s region.
+    tokens = [ts(0.0), 100, 101, 200, 201, ts(3.4)]
+    window = WindowTokens(1.0, 3.5, tokens, TimeMap(regions((1, 3), (10, 11.5))))
+    window.words = [[WordTiming(" 100", [100], 0.1, 0.6, 0.9), WordTiming(" 101", [101], 0.6, 1.2, 0.9),
+                     WordTiming(" 200", [200], 2.1, 2.6, 0.8), WordTiming(" 201", [201], 2.6, 3.3, 0.7)]]
+    text, segments = stitch([window], EN, lambda ids: " " + " ".join(map(str, ids)), timestamps=True)
+    assert text == "100 101 200 201"
+    assert [(g.start, g.end, g.text) for g in segments] == [(1.1, 2.2, "100 101"), (10.1, 11.3, "200 201")]
+    assert [[w.word for w in g.words] for g in segments] == [[" 100", " 101"], [" 200", " 201"]]
+    window.words = None   # without words the segment stays in the piece holding most of it
+    _, segments = stitch([window], EN, lambda ids: " " + " ".join(map(str, ids)), timestamps=True)
+    assert [(g.start, g.end) for g in segments] == [(1.0, 3.0)]
