@@ -72,9 +72,10 @@ def run_ours(job: LongJob, dtype: str) -> EngineRun:
     import transformers
 
     from seq2seq_engine import LLM
+    from seq2seq_engine.transcription.options import DEFAULT_BEAM_WIDTH
     torch.set_num_threads(job.threads)
     config = transformers.AutoConfig.from_pretrained(job.hf_dir)
-    beam = int(job.options.get("beam_width", 1) or 1)
+    beam = int(job.options.get("beam_width") or DEFAULT_BEAM_WIDTH)
     windows = sum(max(math.ceil(d / WINDOW_S), 1) for d in job.durations)
     # Every window at full length at once (+10%), as transcribe.py sizes it: no preemption.
     per_window = math.ceil(config.max_source_positions / 16) + beam * math.ceil((4 + MAX_NEW_TOKENS + 1) / 16)

@@ -68,7 +68,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--condition-on-previous-text", action="store_true",
                         help="decode each file's 30 s windows in order, prompting with the previous text")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window (default 224)")
-    parser.add_argument("--beam-width", type=int, default=1, help="beam search with this many beams (1: greedy)")
+    parser.add_argument("--beam-width", type=int, default=None,
+                        help="beam search with this many beams (default 5, faster-whisper's; 1: greedy)")
     parser.add_argument("--output-format", default="txt", choices=list(OUTPUT_FORMATS))
     parser.add_argument("--output-dir", default=None,
                         help="write one file per input here (created), each as soon as it is transcribed; inputs "

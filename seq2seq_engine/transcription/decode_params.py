@@ -10,7 +10,7 @@ import torch
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.fallback import Attempt, Thresholds, average_logprob, best_sample, compression_ratio
-from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.options import TranscriptionOptions, with_default_beam
 from seq2seq_engine.transcription.processors import SuppressTokens, SuppressTokensAtBegin, WhisperTimestamps
 from seq2seq_engine.transcription.prompts import WhisperTokens
 
@@ -75,6 +75,7 @@ class DecodePlan:
     """The per-call decoding facts; builds each window's prompt and each attempt's engine parameters."""
 
     def __init__(self, engine: Any, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
+        options = with_default_beam(options, engine.scheduler_config.max_beam_width)   # the width decided here
         self.tokens, self.options = tokens, options
         self.limits = Thresholds(options.compression_ratio_threshold, options.log_prob_threshold,
                                  options.no_speech_threshold)

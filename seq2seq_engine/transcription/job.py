@@ -39,7 +39,7 @@ class TranscriptionJob:
         window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
         vad = window_vad_options(options.vad_filter, options.vad_parameters, window_samples)
         limit = options.max_in_flight or default_windows_in_flight(
-            engine, tokens.max_new_tokens(0, options.max_new_tokens), options.beam_width)
+            engine, tokens.max_new_tokens(0, options.max_new_tokens), self.decoder.plan.options.beam_width)
         self.source = InputSource(sources, window_samples, options.clip_timestamps, vad, options.vad_filter,
                                   options.skip_silence, options.use_tqdm, options.max_audio_seconds)
         self.assembler = ResultAssembler(self.source.inputs, tokens, self.decoder.decode_text, options.timestamps,

@@ -10,6 +10,7 @@ from seq2seq_engine.transcription.prompts import TASKS
 
 # openai-whisper's and faster-whisper's default fallback temperatures.
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+DEFAULT_BEAM_WIDTH = 5   # faster-whisper's beam_size and openai-whisper's command line (decisions §90)
 
 
 def _number(value: Any) -> bool:
@@ -65,7 +66,8 @@ class TranscriptionOptions:
     `vad_parameters` (a VadOptions or a dict of its fields; stored as a VadOptions, checked even with VAD off).
     Decoding: `temperature` (a float or a sequence tried in order when a window fails: docs/transcription.md),
     `best_of` (samples per attempt at temperature > 0, the most likely by average logprob kept), `beam_width`
-    (beam search at temperature 0; 1: greedy), `compression_ratio_threshold`, `log_prob_threshold`,
+    (beam search at temperature 0; 1: greedy; None, the default: 5 as in faster-whisper, or the engine's
+    max_beam_width when that is lower), `compression_ratio_threshold`, `log_prob_threshold`,
     `no_speech_threshold` (None disables each rule), `prompt_reset_on_temperature`, `suppress_blank`,
     `suppress_tokens` (-1: the model's list), `seed` (of the sampled attempts).
     Words: `word_timestamps` (each segment gets `.words`, timed by an alignment pass over each window's kept
@@ -83,7 +85,7 @@ class TranscriptionOptions:
     condition_on_previous_text: bool = False
     max_new_tokens: Optional[int] = None
     skip_silence: bool = True
-    beam_width: int = 1
+    beam_width: Optional[int] = None
     temperature: Union[float, Tuple[float, ...]] = DEFAULT_TEMPERATURES
     best_of: int = 5
     compression_ratio_threshold: Optional[float] = 2.4
@@ -143,9 +145,10 @@ class TranscriptionOptions:
     def _check_decoding(self) -> None:
         if not self.temperature or any(t < 0 for t in self.temperature):
             _fail("temperature", "one or more numbers >= 0", self.temperature)
-        for name in ("beam_width", "best_of"):
-            if not (_integer(getattr(self, name)) and getattr(self, name) >= 1):
-                _fail(name, "an int >= 1", getattr(self, name))
+        if self.beam_width is not None and not (_integer(self.beam_width) and self.beam_width >= 1):
+            _fail("beam_width", f"None (the default: {DEFAULT_BEAM_WIDTH}) or an int >= 1", self.beam_width)
+        if not (_integer(self.best_of) and self.best_of >= 1):
+            _fail("best_of", "an int >= 1", self.best_of)
         if not (_integer(self.seed) and self.seed >= 0):
             _fail("seed", "an int >= 0", self.seed)
         clips = self.clip_timestamps
@@ -179,6 +182,14 @@ class TranscriptionOptions:
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def with_default_beam(options: TranscriptionOptions, max_beam_width: int) -> TranscriptionOptions:
+    """`options` with beam_width set: as given, else DEFAULT_BEAM_WIDTH capped at the engine's max_beam_width (an
+    engine of few sequences still transcribes with the defaults; a width given above the cap is refused later)."""
+    if options.beam_width is not None:
+        return options
+    return dataclasses.replace(options, beam_width=max(1, min(DEFAULT_BEAM_WIDTH, max_beam_width)))
 
 
 def resolve_options(options: Optional[TranscriptionOptions], overrides: Dict[str, Any]) -> TranscriptionOptions:

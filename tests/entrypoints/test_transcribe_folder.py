@@ -74,7 +74,7 @@ def folder(tmp_path_factory):
     encode(root / "b" / "c" / "counting.ogg", counting, 16000, "ogg")
     (root / "broken.mp3").write_text("this is not an mp3\n" * 20)
     (root / "notes.txt").write_text("not audio\n")
-    return root, {"clip.txt": "lazy dog", "a/x.txt": "hello", "b/x.txt": "lazy dog", "b/c/counting.txt": "678"}
+    return root, {"clip.txt": "lazy dog", "a/x.txt": "hello", "b/x.txt": "lazy dog", "b/c/counting.txt": "seven"}
 
 
 def _run(*args):

@@ -84,7 +84,7 @@ def test_three_spoken_turns_give_the_transcribe_text_of_their_spans(tiny_llm):
         started, stopped = own[0], next(e for e in own if isinstance(e, SpeechStopped))
         assert isinstance(started, SpeechStarted) and any(isinstance(e, Committed) for e in own)
         span = audio[started.audio_start_ms * SR // 1000:stopped.audio_end_ms * SR // 1000]
-        [expected] = tiny_llm.transcribe([span], temperature=0.0, use_tqdm=False)
+        [expected] = tiny_llm.transcribe([span], temperature=0.0, beam_width=1, use_tqdm=False)
         assert sent == transcript  # the normal case: the last delta completes the text
         commit = next(i for i, e in enumerate(own) if isinstance(e, Committed))
         early = [e for e in own[:commit] if isinstance(e, Delta)]
@@ -126,8 +126,8 @@ def test_a_turn_longer_than_a_window_rolls_over_and_keeps_its_words(tiny_llm):
     [(own, sent, transcript)] = check_items(events, prefix=False)
     started, stopped = own[0], next(e for e in own if isinstance(e, SpeechStopped))
     span = audio[started.audio_start_ms * SR // 1000:stopped.audio_end_ms * SR // 1000]
-    [expected] = tiny_llm.transcribe([span], temperature=0.0, vad_filter=False, condition_on_previous_text=True,
-                                     use_tqdm=False)
+    [expected] = tiny_llm.transcribe([span], temperature=0.0, beam_width=1, vad_filter=False,
+                                     condition_on_previous_text=True, use_tqdm=False)
     # both cut the turn at 30 s; the second window's prompt is the first one's text here, its tokens there
     assert jiwer.wer(" ".join(words(expected.text)), " ".join(words(transcript))) <= 0.1
     assert len(words(transcript)) >= 60
@@ -145,7 +145,7 @@ def test_a_multilingual_model_without_a_language_detects_it_on_the_first_speech(
     [(own, sent, transcript)] = check_items(events)
     started, stopped = own[0], next(e for e in own if isinstance(e, SpeechStopped))
     span = audio[started.audio_start_ms * SR // 1000:stopped.audio_end_ms * SR // 1000]
-    [expected] = llm.transcribe([span], temperature=0.0, use_tqdm=False)
+    [expected] = llm.transcribe([span], temperature=0.0, beam_width=1, use_tqdm=False)
     assert expected.language == "en"
     assert jiwer.wer(" ".join(words(expected.text)), " ".join(words(transcript))) <= WER
     engine = llm.llm_engine

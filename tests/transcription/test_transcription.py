@@ -117,7 +117,7 @@ def test_transcribe_matches_hf_generate_and_isolates_bad_inputs(tmp_path, speech
     silence = np.zeros(16000 * 5, dtype=np.float32)
     inputs = [fox_path, str(corrupt), (weather, 16000), str(tmp_path / "missing.wav"), nan_audio, silence]
     # max_in_flight=2: inputs are loaded and admitted a few at a time, results still come back in input order
-    kwargs = dict(max_new_tokens=64, use_tqdm=False, max_in_flight=2, temperature=0.0)
+    kwargs = dict(max_new_tokens=64, use_tqdm=False, max_in_flight=2, temperature=0.0, beam_width=1)
     if hasattr(tiny_llm, "transcribe"):
         results = tiny_llm.transcribe(inputs, **kwargs)
     else:
@@ -144,7 +144,8 @@ def test_timestamps_and_long_audio_windows_match_hf(speech, tiny_hf, tiny_llm, t
     _, weather = speech["weather"]
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [(fox, 16000), long_audio], timestamps=True,
-                                         max_new_tokens=64, use_tqdm=False, temperature=0.0, vad_filter=False)
+                                         max_new_tokens=64, use_tqdm=False, temperature=0.0, beam_width=1,
+                                         vad_filter=False)
     prompt = whisper_tokens_for(tiny_llm.llm_engine).prompt(timestamps=True)
     expected = [_hf_generate(tiny_hf, samples, prompt, 64, return_timestamps=True, force_unique_generate_call=True)
                 for samples in (fox, weather)]
@@ -172,7 +173,8 @@ def test_condition_on_previous_text_matches_hf_prompt_ids(speech, tiny_hf, tiny_
     _, weather = speech["weather"]
     long_audio = np.concatenate([fox, np.zeros(16000 * 30 - len(fox), np.float32), weather])
     results = pipeline_module.transcribe(tiny_llm, [long_audio], condition_on_previous_text=True,
-                                         max_new_tokens=48, use_tqdm=False, temperature=0.0, vad_filter=False)
+                                         max_new_tokens=48, use_tqdm=False, temperature=0.0, beam_width=1,
+                                         vad_filter=False)
     tokens = whisper_tokens_for(tiny_llm.llm_engine)
     first, second = window_spy[0]
     assert first.token_ids == _hf_generate(tiny_hf, fox, tokens.prompt(), 48)
@@ -206,7 +208,7 @@ def test_multilingual_prompts_and_language_detection_match_hf(base_dir, speech, 
 
     clips = [speech["german"][1], speech["fox"][1]]
     results = pipeline_module.transcribe(llm, [(c, 16000) for c in clips], max_new_tokens=24, use_tqdm=False,
-                                         temperature=0.0)
+                                         temperature=0.0, beam_width=1)
     with torch.no_grad():
         encoder_outputs = hf.model.encoder(torch.cat([_features(c) for c in clips]))
         detected = hf.detect_language(encoder_outputs=encoder_outputs).tolist()
@@ -230,7 +232,7 @@ def test_cli_writes_one_file_per_input_and_fails_on_bad_ones(tmp_path, speech, t
     bad.write_bytes(b"not audio at all")
     out_dir = tmp_path / "out"
     code = transcribe_cli.main([fox_path, str(bad), "--model", tiny_dir, "--output-format", "json", "--output-dir",
-                                str(out_dir), "--timestamps", "--max-new-tokens", "48", "--quiet",
+                                str(out_dir), "--timestamps", "--max-new-tokens", "48", "--quiet", "--beam-width", "1",
                                 "--kv-cache-space-gb", "0.2"])
     assert code == 1
     assert "bad.wav" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Whisper's robustness rules, no model: scores, verdicts vs openai-whisper's rules, options, prompts, CLI flags."""
 import argparse
+import re
 import dataclasses
 import io
 import itertools
@@ -129,7 +130,8 @@ def test_options_defaults_and_normalisation():
     ("temperature", "hot", "temperature must be numbers separated by commas"),
     ("temperature", float("nan"), "temperature must be a number or a sequence of finite numbers"),
     ("best_of", 0, "best_of must be an int >= 1"),
-    ("beam_width", 2.5, "beam_width must be an int >= 1"),
+    ("beam_width", 2.5, "beam_width must be None (the default: 5) or an int >= 1"),
+    ("beam_width", 0, "beam_width must be None (the default: 5) or an int >= 1"),
     ("compression_ratio_threshold", 0, "compression_ratio_threshold must be None or a number > 0"),
     ("log_prob_threshold", 0.5, "log_prob_threshold must be None or a number <= 0"),
     ("no_speech_threshold", 1.5, "no_speech_threshold must be None or a number from 0 to 1"),
@@ -148,7 +150,7 @@ def test_options_defaults_and_normalisation():
     ("hallucination_silence_threshold", "2", "hallucination_silence_threshold must be None or a number of seconds"),
 ])
 def test_options_errors_name_the_field_and_the_limit(field, value, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         TranscriptionOptions(**{field: value})
 
 
@@ -242,13 +244,21 @@ def test_attempt_parameters_per_temperature():
     assert (sampled.n, sampled.best_of, sampled.temperature, sampled.seed) == (4, 4, 0.6, 11)
     odd = _plan(initial_prompt=[EN.sot, 5]).prompt(None, True, [EN.sot, 5])  # the probe reads the real one
     assert plan.params(odd, 0.0, seed=1)[0].prompt_logits_hooks[0][0] == 3 == odd.token_ids.index(EN.sot, 2)
-    greedy, _ = _plan().params(prompt, 0.0, seed=11)
+    greedy, _ = _plan(beam_width=1).params(prompt, 0.0, seed=11)
     assert isinstance(greedy, SamplingParams) and greedy.temperature == 0.0 and greedy.n == 1
+    default, _ = _plan().params(prompt, 0.0, seed=11)   # faster-whisper's beam_size=5
+    assert isinstance(default, BeamSearchParams) and default.beam_width == 5
     with pytest.raises(ValueError, match="best_of must be at most the engine's max_num_seqs"):
         _plan(best_of=65)
     _plan(best_of=65, temperature=0.0)  # no sampled attempt: best_of is unused
     with pytest.raises(ValueError, match="beam_width must be at most the engine's max_beam_width"):
         _plan(beam_width=17)
+    small_config = argparse.Namespace(max_beam_width=3, max_num_seqs=3)
+    few = argparse.Namespace(tokenizer=_Tokenizer(), scheduler_config=small_config)
+    capped = DecodePlan(few, EN_FULL, TranscriptionOptions(best_of=3))   # the default fits a small engine
+    assert capped.options.beam_width == 3 and capped.params(prompt, 0.0, seed=1)[0].beam_width == 3
+    with pytest.raises(ValueError, match="beam_width must be at most the engine's max_beam_width"):
+        DecodePlan(few, EN_FULL, TranscriptionOptions(beam_width=5, best_of=3))   # a given width is not capped
 
 
 def test_attempt_seeds_are_fixed_and_distinct():

@@ -29,11 +29,12 @@ class LiveDecoder:
     """Builds each decode of a live turn from an LLMEngine-like object (model_config, tokenizer, device): the
     features of the samples, the prompt `[<|startofprev|> prompt text] <|startoftranscript|> [language, task]
     <|notimestamps|>`, and temperature-0 greedy parameters with the model's suppress lists (as `transcribe` with
-    temperature=0.0 decodes a window)."""
+    temperature=0.0 and beam_width=1 decodes a window)."""
 
     def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
         self.engine, self.tokens = engine, tokens
-        self.plan = DecodePlan(engine, tokens, TranscriptionOptions(temperature=0.0, use_tqdm=False))
+        greedy = TranscriptionOptions(temperature=0.0, beam_width=1, use_tqdm=False)   # a turn's latency first
+        self.plan = DecodePlan(engine, tokens, greedy)
 
     @classmethod
     def for_engine(cls, engine: Any) -> "LiveDecoder":
