@@ -78,8 +78,9 @@ def transcribe_groups(llm, job: WhisperCacheJob, mode: str, scale: float, counts
     the language given (plain, words) or detected (detect); the detected languages and the words go to `counts`."""
     texts = []
     for language, clips in job.groups:
-        results = llm.transcribe([(clip * scale, SAMPLE_RATE) for clip in clips], temperature=0.0, use_tqdm=False,
-                                 language=None if mode == "detect" else language, word_timestamps=mode == "words")
+        results = llm.transcribe([(clip * scale, SAMPLE_RATE) for clip in clips], temperature=0.0, beam_width=1,
+                                 use_tqdm=False, language=None if mode == "detect" else language,
+                                 word_timestamps=mode == "words")
         errors = [r.error for r in results if r.error]
         if errors:
             raise RuntimeError(f"{len(errors)} transcription errors, first: {errors[0]}")
