@@ -1,9 +1,9 @@
 """Whisper's robustness rules, no model: scores, verdicts vs openai-whisper's rules, options, prompts, CLI flags."""
 import argparse
-import re
 import dataclasses
 import io
 import itertools
+import re
 import zlib
 
 import numpy as np

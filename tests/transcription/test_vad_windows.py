@@ -143,6 +143,7 @@ def test_a_segment_whose_words_fall_in_two_pieces_is_split_at_the_splice():
     from test_transcription_units import EN, ts
 
     from seq2seq_engine.transcription.words import WordTiming
+
     # One segment over the whole window (beam search often writes no timestamp at the splice at 2.0 s): its
     # words say where each part was said; placed whole, " 100 101" would be timed in the 10-11.5 s region.
     tokens = [ts(0.0), 100, 101, 200, 201, ts(3.4)]
