@@ -36,7 +36,8 @@ class WindowTokens:
     avg_logprob: Optional[float] = None
     compression_ratio: Optional[float] = None
     no_speech_prob: Optional[float] = None
-    words: Optional[List[List["WordTiming"]]] = None  # word timestamps: per split_segments segment, window times
+    words: Optional[List[List["WordTiming"]]] = None  # timed words: per split_segments segment, window times
+    show_words: bool = True   # False: timed only to split segments at the splices of a packed window (not output)
 
     def scores(self) -> dict:
         return {name: getattr(self, name) for name in SCORE_FIELDS}
@@ -52,7 +53,7 @@ class WindowTokens:
     def input_words(self, index: Optional[int] = None) -> Optional[List[Word]]:
         """The timed words of segment `index` (all the window's with None) on the input's timeline (input_span,
         so through the time map of a packed window), or None without word timestamps."""
-        if self.words is None:
+        if self.words is None or not self.show_words:
             return None
         timings = [w for segment in self.words for w in segment] if index is None else self.words[index]
         return [Word(*self.input_span(w.start, w.end), w.word, w.probability) for w in timings]
@@ -140,6 +141,7 @@ def _timed_segments(window: WindowTokens, index: int, start: float, end: float, 
             last_piece = piece
         groups[-1].append(Word(*window.input_span(timing.start, timing.end), timing.word, timing.probability))
     if len(groups) == 1:
-        return [Segment(*window.input_span(start, end), text.strip(), **window.scores(), words=groups[0])]
+        return [Segment(*window.input_span(start, end), text.strip(), **window.scores(),
+                        words=groups[0] if window.show_words else None)]
     return [Segment(group[0].start, group[-1].end, "".join(w.word for w in group).strip(), **window.scores(),
-                    words=group) for group in groups]
+                    words=group if window.show_words else None) for group in groups]

@@ -35,13 +35,16 @@ class WindowRequest:
 class WindowDecoder:
     """The call's decoding of single windows: the requests (DecodePlan's prompts and parameters, one temperature
     per attempt), fallback's verdict on an attempt, and a final window's WindowTokens (with word_timestamps its
-    words, aligned before the samples are released; without the segments hallucination_silence_threshold drops)."""
+    words, aligned before the samples are released; without the segments hallucination_silence_threshold drops).
+    With timestamps, a window of several packed speech pieces (VAD) has its words timed too, shown or not: a segment
+    over a splice is split there by them (segments.py)."""
 
     def __init__(self, engine: Any, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
         self.engine, self.tokens, self.options = engine, tokens, options
         self.plan = DecodePlan(engine, tokens, options)
         self.initial_tokens: List[int] = self.plan.initial_tokens
-        timed = options.word_timestamps or options.hallucination_silence_threshold is not None
+        self.words_always = options.word_timestamps or options.hallucination_silence_threshold is not None
+        timed = self.words_always or (options.timestamps and options.vad_filter is not False)
         self.aligner = WordAligner(engine, tokens) if timed else None
 
     def decode_text(self, token_ids: List[int]) -> str:
@@ -104,7 +107,8 @@ class WindowDecoder:
                                                 compression_ratio=result.compression_ratio,
                                                 no_speech_prob=result.no_speech_prob)
         tokens = WindowTokens(window.offset, window.duration, token_ids, window.time_map, **scores)
-        if self.aligner is None:
+        spliced = window.time_map is not None and len(window.time_map.regions) > 1
+        if self.aligner is None or not (self.words_always or spliced):
             return tokens
         words = self.aligner.window_words(self.features(window), token_ids, state.language, self.options.task,
                                           window.duration) if token_ids else []
@@ -119,5 +123,5 @@ class WindowDecoder:
             dropped = hallucinated_segments(words, tokens.input_span, tokens.duration, threshold)
         token_ids = drop_segments(tokens.token_ids, self.tokens.is_timestamp, self.tokens.is_text, dropped)
         kept_words = [segment for index, segment in enumerate(words) if index not in dropped]
-        return dataclasses.replace(tokens, token_ids=token_ids,
-                                   words=kept_words if self.options.word_timestamps else None)
+        return dataclasses.replace(tokens, token_ids=token_ids, words=kept_words,
+                                   show_words=self.options.word_timestamps)

@@ -88,6 +88,16 @@ def test_two_clips_with_a_gap_give_their_words_and_times_on_the_original_timelin
     assert windows[0].duration < 10  # the 20 s gap is not in it
 
 
+def test_segments_over_a_splice_are_split_by_their_words_at_the_default_beam_width(tiny_llm, two_clips):
+    audio, spans, reference = two_clips
+    # 5 beams write "<|0.00|> Hello world. The quick brown fox ...<|4.24|>" over both packed clips here: placed
+    # whole, "Hello world." was timed in the second clip, 20 s late
+    (result,) = tiny_llm.transcribe([(audio, SR)], vad_filter=True, timestamps=True, use_tqdm=False)
+    assert words(result.text) == words(reference)
+    check_segments(result.segments, spans)
+    assert all(segment.words is None for segment in result.segments)  # timed to split them, not shown
+
+
 def test_by_default_vad_runs_on_inputs_longer_than_one_window_only(tiny_llm, two_clips, engine_spy):
     audio, spans, reference = two_clips
     assert len(audio) < 30 * SR

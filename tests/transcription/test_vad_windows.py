@@ -154,6 +154,10 @@ def test_a_segment_whose_words_fall_in_two_pieces_is_split_at_the_splice():
     assert text == "100 101 200 201"
     assert [(g.start, g.end, g.text) for g in segments] == [(1.1, 2.2, "100 101"), (10.1, 11.3, "200 201")]
     assert [[w.word for w in g.words] for g in segments] == [[" 100", " 101"], [" 200", " 201"]]
+    window.show_words = False   # words timed only to split (timestamps without word_timestamps): not output
+    _, segments = stitch([window], EN, lambda ids: " " + " ".join(map(str, ids)), timestamps=True)
+    assert [(g.start, g.end, g.text, g.words) for g in segments] == [(1.1, 2.2, "100 101", None),
+                                                                     (10.1, 11.3, "200 201", None)]
     window.words = None   # without words the segment stays in the piece holding most of it
     _, segments = stitch([window], EN, lambda ids: " " + " ".join(map(str, ids)), timestamps=True)
     assert [(g.start, g.end) for g in segments] == [(1.0, 3.0)]
