@@ -75,6 +75,13 @@ class TimeMap:
         best = max(overlaps)
         return overlaps.index(best) if best > 0 else self.region_index(start)
 
+    def pieces_covered(self, start: float, end: float, min_seconds: float) -> int:
+        """How many pieces `start`..`end` seconds into the window overlaps by more than `min_seconds`."""
+        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
+        b = min(max(end * self.sample_rate, a), float(self.num_samples))
+        least = min_seconds * self.sample_rate
+        return sum(min(b, e) - max(a, s) > least for s, e in zip(self.window_starts, self.window_ends))
+
     def span(self, start: float, end: float) -> Tuple[float, float]:
         """The recording's (start, end) of a segment from `start` to `end` seconds into the window.
 

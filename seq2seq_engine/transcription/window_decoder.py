@@ -15,10 +15,12 @@ from seq2seq_engine.transcription.input_source import InputFailed, InputState
 from seq2seq_engine.transcription.language import detection_params, detection_prompt, parse_detection
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.prompts import WhisperTokens
-from seq2seq_engine.transcription.segments import WindowTokens
+from seq2seq_engine.transcription.segments import WindowTokens, split_segments
 from seq2seq_engine.transcription.windows import Window, features_for
 from seq2seq_engine.transcription.word_timestamps import WordAligner
 from seq2seq_engine.transcription.words import WordTiming
+
+SPLICE_SLACK_S = 1.0   # seconds of a packed piece a segment may reach into without being split there
 
 
 @dataclasses.dataclass
@@ -53,7 +55,7 @@ class WindowDecoder:
     def features(self, window: Window) -> torch.Tensor:
         """The window's log-mel features. With word timing they are kept on the window until it is final (language
         detection, each attempt and the alignment pass read the same ones); otherwise made for each request."""
-        if self.aligner is None:
+        if not self.words_always:
             return features_for(self.engine, window.samples)
         if window.features is None:
             window.features = features_for(self.engine, window.samples)
@@ -107,12 +109,20 @@ class WindowDecoder:
                                                 compression_ratio=result.compression_ratio,
                                                 no_speech_prob=result.no_speech_prob)
         tokens = WindowTokens(window.offset, window.duration, token_ids, window.time_map, **scores)
-        spliced = window.time_map is not None and len(window.time_map.regions) > 1
-        if self.aligner is None or not (self.words_always or spliced):
+        if self.aligner is None or not (self.words_always or self._crosses_splice(tokens)):
             return tokens
         words = self.aligner.window_words(self.features(window), token_ids, state.language, self.options.task,
                                           window.duration) if token_ids else []
         return self._without_hallucinations(tokens, words)
+
+    def _crosses_splice(self, tokens: WindowTokens) -> bool:
+        """Whether a segment of a packed window covers more than SPLICE_SLACK_S of two of its pieces (its words
+        then say where to split it; the features are made again for that pass, as in the engine, so the cached
+        cross K/V are found). Less is a piece's padding, where Whisper's timestamps next to a splice reach."""
+        if tokens.time_map is None or len(tokens.time_map.regions) < 2:
+            return False
+        segments = split_segments(tokens.token_ids, self.tokens, tokens.duration)
+        return any(tokens.time_map.pieces_covered(start, end, SPLICE_SLACK_S) > 1 for start, end, _ in segments)
 
     def _without_hallucinations(self, tokens: WindowTokens, words: List[List[WordTiming]]) -> WindowTokens:
         """The window with its words (word_timestamps) and without the segments hallucination_silence_threshold

@@ -161,3 +161,11 @@ def test_a_segment_whose_words_fall_in_two_pieces_is_split_at_the_splice():
     window.words = None   # without words the segment stays in the piece holding most of it
     _, segments = stitch([window], EN, lambda ids: " " + " ".join(map(str, ids)), timestamps=True)
     assert [(g.start, g.end) for g in segments] == [(1.0, 3.0)]
+
+
+def test_pieces_covered_counts_the_pieces_a_segment_reaches_past_a_slack():
+    time_map = TimeMap(regions((1, 3), (10, 11.5)))   # window 0-2 s is the first piece, 2-3.5 s the second
+    assert time_map.pieces_covered(0.0, 3.4, 1.0) == 2
+    assert time_map.pieces_covered(0.0, 3.4, 1.5) == 1
+    assert time_map.pieces_covered(1.6, 3.4, 1.0) == 1   # 0.4 s into the first piece: within the slack
+    assert time_map.pieces_covered(0.2, 1.9, 0.0) == 1
