@@ -159,3 +159,19 @@ def test_distribute_shortens_the_first_words_after_a_pause():
     words = [_timed(" a", 0.2, 0.5), _timed(" b.", 0.5, 0.8), _timed(" c", 0.8, 2.0)]
     first, second = distribute(words, [(0.0, 0.8, [1, 2]), (0.8, 2.0, [3])], 30.0, median=0.3)
     assert [(w.start, w.end) for w in second] == [(0.8, 2.0)]   # ends 1.2 s after the speech: not a pause
+
+
+def test_median_filter_equals_openai_whisper_sort_median():
+    # openai-whisper's filter: reflect padding, then the middle of each sorted window (NaN ranks last)
+    generator = torch.Generator().manual_seed(0)
+    for width in (1, 3, 7, 9):
+        pad = width // 2
+        for weights in (torch.randn(3, 50, 301, generator=generator), torch.randint(0, 4, (2, 7, 40)).float()):
+            padded = torch.nn.functional.pad(weights.reshape(-1, 1, weights.shape[-1]), (pad, pad), mode="reflect")
+            reference = padded.unfold(-1, width, 1).sort()[0][..., pad].reshape(weights.shape)
+            assert torch.equal(median_filter(weights, width), reference), width
+    with_nan = torch.randn(2, 5, 30, generator=generator)
+    with_nan[0, 1, 10:14] = float("nan")
+    padded = torch.nn.functional.pad(with_nan.reshape(-1, 1, 30), (3, 3), mode="reflect")
+    reference = padded.unfold(-1, 7, 1).sort()[0][..., 3].reshape(with_nan.shape)
+    assert torch.equal(median_filter(with_nan, 7).nan_to_num(-9.0), reference.nan_to_num(-9.0))
