@@ -129,9 +129,16 @@ def _timed_segments(window: WindowTokens, index: int, start: float, end: float, 
     one whose timed words fall in several speech pieces (TimeMap.piece_of) becomes one segment per piece, of its
     words there: placed whole in one piece, the text of the others would be timed where it was not said."""
     timings = window.words[index] if window.words is not None else None
-    if window.time_map is None or not timings:
+    groups = _words_by_piece(window, timings) if window.time_map is not None and timings else []
+    if len(groups) < 2:
         return [Segment(*window.input_span(start, end), text.strip(), **window.scores(),
                         words=window.input_words(index))]
+    return [Segment(group[0].start, group[-1].end, "".join(w.word for w in group).strip(), **window.scores(),
+                    words=group if window.show_words else None) for group in groups]
+
+
+def _words_by_piece(window: WindowTokens, timings: Sequence["WordTiming"]) -> List[List[Word]]:
+    """The words on the input's timeline, in runs of consecutive words in the same piece of the window."""
     groups: List[List[Word]] = []
     last_piece = None
     for timing in timings:
@@ -140,8 +147,4 @@ def _timed_segments(window: WindowTokens, index: int, start: float, end: float, 
             groups.append([])
             last_piece = piece
         groups[-1].append(Word(*window.input_span(timing.start, timing.end), timing.word, timing.probability))
-    if len(groups) == 1:
-        return [Segment(*window.input_span(start, end), text.strip(), **window.scores(),
-                        words=groups[0] if window.show_words else None)]
-    return [Segment(group[0].start, group[-1].end, "".join(w.word for w in group).strip(), **window.scores(),
-                    words=group if window.show_words else None) for group in groups]
+    return groups

@@ -67,20 +67,25 @@ class TimeMap:
         k = self.region_index(time, is_end)
         return (self.regions[k][0] + sample - self.window_starts[k]) / self.sample_rate
 
+    def _bounds(self, start: float, end: float) -> Tuple[float, float]:
+        """`start`..`end` seconds into the window as samples, clamped to the window (end not before start)."""
+        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
+        return a, min(max(end * self.sample_rate, a), float(self.num_samples))
+
+    def _overlaps(self, a: float, b: float) -> List[float]:
+        """Samples of a..b inside each piece (<= 0 where they do not meet)."""
+        return [min(b, e) - max(a, s) for s, e in zip(self.window_starts, self.window_ends)]
+
     def piece_of(self, start: float, end: float) -> int:
         """The piece holding the largest part of `start`..`end` seconds into the window (the earliest on a tie)."""
-        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
-        b = min(max(end * self.sample_rate, a), float(self.num_samples))
-        overlaps = [min(b, e) - max(a, s) for s, e in zip(self.window_starts, self.window_ends)]
+        overlaps = self._overlaps(*self._bounds(start, end))
         best = max(overlaps)
         return overlaps.index(best) if best > 0 else self.region_index(start)
 
     def pieces_covered(self, start: float, end: float, min_seconds: float) -> int:
         """How many pieces `start`..`end` seconds into the window overlaps by more than `min_seconds`."""
-        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
-        b = min(max(end * self.sample_rate, a), float(self.num_samples))
         least = min_seconds * self.sample_rate
-        return sum(min(b, e) - max(a, s) > least for s, e in zip(self.window_starts, self.window_ends))
+        return sum(overlap > least for overlap in self._overlaps(*self._bounds(start, end)))
 
     def span(self, start: float, end: float) -> Tuple[float, float]:
         """The recording's (start, end) of a segment from `start` to `end` seconds into the window.
@@ -92,8 +97,7 @@ class TimeMap:
         (A segment whose timed words fall in several pieces is split there first: segments.py.)
         """
         k = self.piece_of(start, end)
-        a = min(max(start * self.sample_rate, 0.0), float(self.num_samples))
-        b = min(max(end * self.sample_rate, a), float(self.num_samples))
+        a, b = self._bounds(start, end)
         a = min(max(a, self.window_starts[k]), self.window_ends[k])
         b = min(max(b, self.window_starts[k]), self.window_ends[k])
         offset = self.regions[k][0] - self.window_starts[k]

@@ -38,8 +38,8 @@ class WindowDecoder:
     """The call's decoding of single windows: the requests (DecodePlan's prompts and parameters, one temperature
     per attempt), fallback's verdict on an attempt, and a final window's WindowTokens (with word_timestamps its
     words, aligned before the samples are released; without the segments hallucination_silence_threshold drops).
-    With timestamps, a window of several packed speech pieces (VAD) has its words timed too, shown or not: a segment
-    over a splice is split there by them (segments.py)."""
+    With timestamps, a packed window (VAD) with a segment over a splice has its words timed too, shown or not: the
+    segment is split there by them (segments.py)."""
 
     def __init__(self, engine: Any, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
         self.engine, self.tokens, self.options = engine, tokens, options
@@ -53,8 +53,9 @@ class WindowDecoder:
         return self.engine.tokenizer.decode(token_ids, skip_special_tokens=True) if token_ids else ""
 
     def features(self, window: Window) -> torch.Tensor:
-        """The window's log-mel features. With word timing they are kept on the window until it is final (language
-        detection, each attempt and the alignment pass read the same ones); otherwise made for each request."""
+        """The window's log-mel features. With words timed for every window they are kept on the window until it is
+        final (language detection, each attempt and the alignment pass read the same ones); otherwise made for each
+        request."""
         if not self.words_always:
             return features_for(self.engine, window.samples)
         if window.features is None:
