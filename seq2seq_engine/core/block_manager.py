@@ -210,13 +210,30 @@ class BlockSpaceManager(BlockSwapping):
 
     def free_cross(self, seq_group: SequenceGroup) -> None:
         """Return a request's cross blocks (its hold on a shared entry); a no-op for a request that holds none."""
-        table = self.cross_block_tables.pop(seq_group.request_id, None)
-        self._cross_numbers.pop(seq_group.request_id, None)
-        entry = self.cross_entries.pop(seq_group.request_id, None)
+        self._free_cross_table(seq_group.request_id)
+
+    def _free_cross_table(self, request_id: str) -> None:
+        table = self.cross_block_tables.pop(request_id, None)
+        self._cross_numbers.pop(request_id, None)
+        entry = self.cross_entries.pop(request_id, None)
         if entry is not None:
             self.cross_cache.release(entry)
         elif table is not None:
             self._free_table(table)
+
+    def reset(self) -> None:
+        """vLLM's name: free every table held (each sequence's self table, on the device or swapped out, and each
+        request's cross table) and forget every cached block (reset_prefix_cache), leaving every device and CPU
+        block free and handed out in the order of a new manager. The caches' lookup and hit counts go on counting
+        (the server's metrics are counters)."""
+        for seq_id in list(self.block_tables):
+            self._free_table(self.block_tables.pop(seq_id))
+        for request_id in list(self.cross_block_tables):
+            self._free_cross_table(request_id)
+        self.reset_prefix_cache()
+        for allocator in (self.gpu_allocator, self.cpu_allocator):
+            # a new allocator pops its lowest block numbers first
+            allocator.free_blocks.sort(key=lambda block: block.block_number, reverse=True)
 
     # ----------------------------------------------------------------- queries
     def get_block_table(self, seq: Sequence) -> List[int]:

@@ -1,5 +1,5 @@
 """Stateful property test of the block manager: random admission, decoding, forking, swapping,
-finishing and aborting of encoder/decoder and decoder-only requests, checked after every step
+finishing, aborting and resetting of encoder/decoder and decoder-only requests, checked after every step
 against an independent model of which logical blocks each table shares (block_manager_model.py: the model, the
 invariants and the teardown checks; here: the rules)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from seq2seq_engine.core.block import Device
-from seq2seq_engine.core.block_manager import AllocStatus
+from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
 from seq2seq_engine.inputs.data import SingletonInputs
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -224,6 +224,21 @@ class BlockManagerMachine(BlockManagerModel):
         self.bm.free_cross(group)
         self._drop_group_from_model(rid)
         assert rid not in self.bm.cross_block_tables
+
+    @precondition(lambda self: self.groups)
+    @rule()
+    def reset(self):
+        """Every table freed at once (the scheduler then drops its requests): the pools as a new manager's."""
+        self.bm.reset()
+        for rid in sorted(self.groups):
+            for seq in self.groups[rid].get_unfinished_seqs():
+                seq.status = SequenceStatus.FINISHED_ABORTED
+            self._drop_group_from_model(rid)
+        new = BlockSpaceManager(BLOCK_SIZE, self.num_gpu, self.num_cpu)
+        for allocator, new_allocator in ((self.bm.gpu_allocator, new.gpu_allocator),
+                                         (self.bm.cpu_allocator, new.cpu_allocator)):
+            numbers = [block.block_number for block in allocator.free_blocks]
+            assert numbers == [block.block_number for block in new_allocator.free_blocks]
 
 
 BlockManagerMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)

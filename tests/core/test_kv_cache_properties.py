@@ -1,8 +1,8 @@
 """Stateful property test of the block manager with the prefix and encoder caches on: requests whose prompts and
-encoder inputs repeat are admitted, prefilled (in steps that may hold several at once), decoded, swapped, finished
-and aborted in a small pool. A model of what each physical block holds checks that a shared block always holds the
-content its new holder needs, that reference counts equal the holders, that cached blocks nobody holds are
-evictable and counted free, and that nothing leaks."""
+encoder inputs repeat are admitted, prefilled (in steps that may hold several at once), decoded, swapped, finished,
+aborted and all reset at once in a small pool. A model of what each physical block holds checks that a shared block
+always holds the content its new holder needs, that reference counts equal the holders, that cached blocks nobody
+holds are evictable and counted free, and that nothing leaks."""
 from __future__ import annotations
 
 import itertools
@@ -168,6 +168,18 @@ class CachingBlockManager(RuleBasedStateMachine):
     def finish(self, data):
         rid = data.draw(st.sampled_from(sorted(self.groups)), label="request")
         self._free(rid)
+
+    @precondition(lambda self: self.groups)
+    @rule()
+    def reset(self):
+        """Every table freed and every cached block forgotten at once (the scheduler then drops its requests)."""
+        self.bm.reset()
+        for group in self.groups.values():
+            for seq in group.get_unfinished_seqs():
+                seq.status = SequenceStatus.FINISHED_ABORTED
+        self.groups, self.pending = {}, []
+        assert not self.bm.prefix_cache.blocks and not self.bm.cross_cache.entries
+        assert self.bm.gpu_allocator.get_num_evictable_blocks() == 0
 
     def _free(self, rid):
         group = self.groups.pop(rid)
