@@ -5,6 +5,7 @@ import dataclasses
 import json
 from typing import Any, Dict, List, Optional, Union
 
+from seq2seq_engine.transcription.cue_timing import to_milliseconds
 from seq2seq_engine.transcription.subtitles import Cue, SubtitleOptions, subtitle_cues, subtitle_options
 
 OUTPUT_FORMATS = ("txt", "json", "srt", "vtt")
@@ -84,8 +85,7 @@ def format_timestamp(seconds: float, decimal_marker: str = ".", always_include_h
     """`HH:MM:SS.mmm` (vtt) or `HH:MM:SS,mmm` (srt, decimal_marker=","), rounded to the millisecond."""
     if seconds < 0:
         raise ValueError(f"a timestamp cannot be negative, got {seconds}")
-    milliseconds = int(round(seconds * 1000.0))
-    hours, milliseconds = divmod(milliseconds, 3_600_000)
+    hours, milliseconds = divmod(to_milliseconds(seconds), 3_600_000)
     minutes, milliseconds = divmod(milliseconds, 60_000)
     secs, milliseconds = divmod(milliseconds, 1_000)
     hours_part = f"{hours:02d}:" if always_include_hours or hours > 0 else ""

@@ -7,6 +7,8 @@ import re
 import unicodedata
 from typing import Any, List, Optional, Sequence, Tuple
 
+from seq2seq_engine.transcription.cue_timing import Cue, shown_times
+
 # A cue never lasts longer, and never runs across a silence longer than PAUSE_SECONDS between two word units.
 MAX_CUE_SECONDS = 7.0
 PAUSE_SECONDS = 1.0
@@ -83,13 +85,6 @@ def subtitle_options(subtitles: Any = None, **fields: Any) -> SubtitleOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class Cue:
-    start: float
-    end: float
-    text: str  # its lines joined by "\n"
-
-
-@dataclasses.dataclass(frozen=True)
 class _Unit:
     """A word, or a character of a CJK text, with its time; spaced: a space joins it to the unit before it."""
 
@@ -100,13 +95,14 @@ class _Unit:
 
 
 def subtitle_cues(segments: Sequence[Any], options: SubtitleOptions) -> List[Cue]:
-    """The cues of a transcript's segments (Segment: start, end, text, words), in order."""
+    """The cues of a transcript's segments (Segment: start, end, text, words), in order, timed as srt / vtt can
+    show them (cue_timing.py: whole milliseconds, a minimal duration, no overlaps)."""
     cues: List[Cue] = []
     for block in _pause_blocks(_units(segments, options), options.pause_seconds):
         for group in _cue_groups(block, options):
             lines = _line_layout(group, options)
             cues.extend(_highlighted(lines, options) if options.highlight_words else [_cue(lines, options)])
-    return cues
+    return shown_times(cues, options.max_cue_seconds)
 
 
 # ------------------------------------------------------------------------------------------------ word units

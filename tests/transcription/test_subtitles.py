@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from seq2seq_engine.transcription.cue_timing import MIN_CUE_SECONDS, to_milliseconds
 from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
 from seq2seq_engine.transcription.subtitles import (MAX_CUE_SECONDS, PAUSE_SECONDS, SubtitleOptions, subtitle_cues,
                                                     subtitle_options)
@@ -225,14 +226,17 @@ def test_every_cue_keeps_the_limits_and_shows_every_word_once_inside_its_time(se
     cues = subtitle_cues(segments, options)
     spans = timed_spans(segments)
     pauses = [(a_end, b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:]) if b_start - a_end > 1.0]
-    for cue in cues:
+    for index, cue in enumerate(cues):
         lines = cue.text.split("\n")
         assert len(lines) <= count and all(0 < len(line) <= width for line in lines)
         assert words is None or all(len(line.split()) <= words for line in lines)
-        assert 0 <= cue.end - cue.start <= MAX_CUE_SECONDS + 1e-9
-        assert any(start - 1e-9 <= cue.start <= end for start, end in spans)  # starts and ends in speech shown
-        assert any(start <= cue.end <= end + 1e-9 for start, end in spans)
-        assert not any(cue.start < a and cue.end > b for a, b in pauses)
-    assert all(a.end <= b.start + 1e-9 for a, b in zip(cues, cues[1:]))
+        assert MIN_CUE_SECONDS - 1e-9 <= cue.end - cue.start <= MAX_CUE_SECONDS + 1e-9
+        # starts and ends in speech shown, give or take the millisecond and what minimal durations before it added
+        late = MIN_CUE_SECONDS * (index + 1) + 1e-3
+        assert any(start - 1e-3 <= cue.start <= end + late for start, end in spans)
+        assert any(start - 1e-3 <= cue.end <= end + late for start, end in spans)
+        assert not any(cue.start < a - 1e-3 and cue.end > b + 1e-3 for a, b in pauses)
+        assert all(time == to_milliseconds(time) / 1000 for time in (cue.start, cue.end))  # as srt / vtt write it
+    assert all(a.end <= b.start for a, b in zip(cues, cues[1:]))
     shown = "".join(cue.text for cue in cues).replace("\n", "").replace(" ", "")
     assert shown == "".join(s.text for s in segments).replace(" ", "")
