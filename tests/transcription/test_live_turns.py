@@ -118,7 +118,8 @@ def test_a_final_text_that_disagrees_keeps_the_deltas_and_completes_with_its_own
 
 def test_completed_comes_in_commit_order_and_clear_drops_the_turn(audio):
     script = frames((0.9, 1.0), (0.0, 1.0), (0.9, 1.0), (0.0, 1.0), (0.9, 1.0))
-    session = LiveSession(LiveOptions(interim_interval_s=10.0), TextDecoder(), ScriptedVad(script))
+    session = LiveSession(LiveOptions(interim_interval_s=10.0, max_decodes_in_flight=2), TextDecoder(),
+                          ScriptedVad(script))
     events = feed(session, audio, 3.9)
     first, second = [e for e in events if isinstance(e, Committed)]
     assert second.previous_item_id == first.item_id

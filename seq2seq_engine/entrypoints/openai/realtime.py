@@ -1,6 +1,7 @@
 """WebSocket /v1/realtime?intent=transcription: OpenAI's realtime transcription sessions. The route admits a socket
 (intent, the session limit, a model that takes audio), then runs its RealtimeTranscription: one task reads client
-events, one feeds finished decodes back; when either ends the socket's decodes are aborted."""
+events (pausing while the session is backlogged), one feeds finished decodes back; when either ends the socket's
+decodes are aborted."""
 from __future__ import annotations
 
 import asyncio
@@ -107,7 +108,10 @@ async def _serve(socket: WebSocket, handler: RealtimeTranscription) -> None:
 
 
 async def _read(socket: WebSocket, handler: RealtimeTranscription) -> None:
+    """Client events in order; none is read while the session is backlogged, so audio sent faster than it is
+    transcribed waits in the client's socket (TCP back-pressure) instead of in the server's memory."""
     while True:
+        await handler.wait_for_room()
         message = await socket.receive()
         if message["type"] == "websocket.disconnect":
             return

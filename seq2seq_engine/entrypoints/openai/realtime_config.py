@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional
 from seq2seq_engine.entrypoints.openai.realtime_protocol import (RATES, ClientEvent, RealtimeError, SessionConfig,
                                                                  TurnSettings, check_number, check_object, check_text,
                                                                  check_unset, invalid)
+from seq2seq_engine.transcription.live.options import MAX_PROMPT_CHARS
 
 _INPUT = "session.audio.input"
 _TURN_KEYS = {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response",
@@ -53,8 +54,9 @@ def _transcription(value: Any, eid: Optional[str]) -> Dict[str, Any]:
     param = f"{_INPUT}.transcription"
     body = check_object(value, param, eid, _TRANSCRIPTION_KEYS)
     check_unset(body, ("delay", "keywords", "languages"), param, eid)
-    changes = {name: check_text(body[name], f"{param}.{name}", eid) for name in ("model", "language", "prompt")
-               if name in body}
+    changes = {name: check_text(body[name], f"{param}.{name}", eid) for name in ("model", "language") if name in body}
+    if "prompt" in body:
+        changes["prompt"] = check_text(body["prompt"], f"{param}.prompt", eid, MAX_PROMPT_CHARS)
     return changes
 
 

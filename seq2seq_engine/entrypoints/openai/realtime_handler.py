@@ -19,6 +19,7 @@ from seq2seq_engine.entrypoints.openai.realtime_protocol import (ClientEvent, Re
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, Rejected, Sink
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
 from seq2seq_engine.transcription.live import events as live
+from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
 
 Send = Callable[[Dict[str, Any]], Awaitable[None]]
@@ -59,6 +60,7 @@ class RealtimeTranscription:
         self._state = state
         self._owners: Dict[str, _Live] = {}  # request id -> the session that asked for it (older ones included)
         self._lock = asyncio.Lock()
+        self._progress = asyncio.Event()  # set whenever a decode of the socket finishes
         self._generation = itertools.count()
 
     # ---------------------------------------------------------------- client side
@@ -76,6 +78,16 @@ class RealtimeTranscription:
                 await self.send(error_event(error))
                 if error.close_code is not None:
                     raise CloseSocket(error.close_code) from None
+
+    async def wait_for_room(self) -> None:
+        """Return once the current session is not backlogged (at once when it is not): the reader calls it before
+        each client event, so a client sending audio faster than it is transcribed is held back by its socket."""
+        while True:
+            async with self._lock:
+                self._progress.clear()
+                if self.live is None or not self.live.session.backlogged:
+                    return
+            await self._progress.wait()
 
     async def _dispatch(self, event: ClientEvent) -> None:
         if event.type == "session.update":
@@ -138,6 +150,8 @@ class RealtimeTranscription:
         current = current or await self._live(event.event_id)
         try:
             events, requests, stale = await run_in_threadpool(_call_and_take, current, call)
+        except AudioBacklog as error:  # only a client whose events arrive while backlogged, which the reader prevents
+            raise RealtimeError(str(error), "input_audio_buffer_full", "audio", event.event_id) from None
         except ValueError as error:
             raise RealtimeError(str(error), _code_of(event), None, event.event_id) from None
         self._submit(current, requests, stale)
@@ -160,7 +174,10 @@ class RealtimeTranscription:
             if isinstance(item, Accepted) or not (isinstance(item, (Rejected, Failed)) or item.finished):
                 continue
             async with self._lock:
-                await self._engine_item(item)
+                try:
+                    await self._engine_item(item)
+                finally:
+                    self._progress.set()
 
     async def _engine_item(self, item: Any) -> None:
         owner = self._owners.pop(item.request_id, None)

@@ -15,6 +15,10 @@ from seq2seq_engine.transcription.live import events as live
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                  "input_audio_buffer.clear")
 RATES = (24000, 16000)  # OpenAI's pcm16 is 24 kHz; 16 kHz (Whisper's own rate) is taken as well
+MAX_NAME_CHARS = 256  # event_id, model, language: names, never long text
+# The largest WebSocket message the server reads (uvicorn closes the socket with 1009 beyond it): an append event
+# of a minute of 24 kHz pcm16 in base64 (3.84 MB) with room for its JSON.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class RealtimeError(Exception):
@@ -69,6 +73,9 @@ def parse_event(text: Any) -> ClientEvent:
     if not isinstance(body, dict):
         raise RealtimeError("an event must be a JSON object", "invalid_json")
     event_id = body.get("event_id") if isinstance(body.get("event_id"), str) else None
+    if event_id is not None and len(event_id) > MAX_NAME_CHARS:
+        raise RealtimeError(f"event_id has {len(event_id)} characters, more than the limit of {MAX_NAME_CHARS}",
+                            "string_above_max_length", "event_id")
     kind = body.get("type")
     if not isinstance(kind, str):
         raise RealtimeError("the event has no `type`", "missing_required_parameter", "type", event_id)
@@ -121,9 +128,12 @@ def check_number(value: Any, param: str, low: float, high: float, event_id: Opti
     return value
 
 
-def check_text(value: Any, param: str, event_id: Optional[str]) -> Optional[str]:
+def check_text(value: Any, param: str, event_id: Optional[str], max_chars: int = MAX_NAME_CHARS) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise invalid(param, "a string or null", value, event_id)
+    if value is not None and len(value) > max_chars:
+        raise RealtimeError(f"{param} has {len(value)} characters, more than the limit of {max_chars}",
+                            "string_above_max_length", param, event_id)
     return value or None
 
 

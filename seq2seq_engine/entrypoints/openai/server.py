@@ -19,6 +19,7 @@ from seq2seq_engine.entrypoints.openai.app import build_app
 from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.metrics import MetricFamilies, ServerMetrics
+from seq2seq_engine.entrypoints.openai.realtime_protocol import MAX_MESSAGE_BYTES
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerSettings, ServerState
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class _Server(uvicorn.Server):
 
 def _uvicorn_server(models: ServedModels) -> uvicorn.Server:
     config = uvicorn.Config(build_app(models), host=models.settings.host, port=models.settings.port,
-                            log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+                            log_level="warning", timeout_graceful_shutdown=5, lifespan="off",
+                            ws_max_size=MAX_MESSAGE_BYTES)
     return _Server(config, models)
 
 

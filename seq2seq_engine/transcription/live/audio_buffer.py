@@ -1,7 +1,24 @@
-"""The samples a live transcription still holds, addressed by their index in the stream (a growable array)."""
+"""The samples a live transcription holds (a growable array addressed by stream index), the refusal when it holds
+too much, and where a turn longer than a window is cut."""
 from __future__ import annotations
 
 import numpy as np
+
+from seq2seq_engine.audio import SAMPLE_RATE
+
+# A window is cut at the quietest 100 ms of its last 5 s when that block is well below the typical level there (a
+# pause between words); else at its end.
+CUT_SEARCH_SAMPLES, CUT_BLOCK_SAMPLES, CUT_QUIET_RATIO = 5 * SAMPLE_RATE, SAMPLE_RATE // 10, 0.25
+
+
+class AudioBacklog(ValueError):
+    """Audio appended while the transcription holds more than max_buffered_s not yet decoding: the owner must wait
+    for outputs (`LiveSession.backlogged`) before appending more."""
+
+    def __init__(self, held_s: float, limit_s: float) -> None:
+        super().__init__(f"the transcription holds {held_s:.1f} s of audio not yet transcribed, more than "
+                         f"max_buffered_s={limit_s:g}: wait for its decodes to finish before appending more")
+        self.held_s, self.limit_s = held_s, limit_s
 
 
 class AudioBuffer:
@@ -56,3 +73,18 @@ def check_samples(samples: np.ndarray) -> np.ndarray:
     if samples.dtype.kind != "f":
         raise TypeError(f"samples must be float audio in [-1, 1], got dtype {samples.dtype}")
     return samples.astype(np.float32, copy=False)
+
+
+def quiet_cut(window: np.ndarray) -> int:
+    """Where to end a part of a turn that fills `window` (one Whisper window of samples): the middle of the quietest
+    100 ms block of its last 5 s if it is a pause (RMS under a quarter of the blocks' median), else its end."""
+    count = min(len(window), CUT_SEARCH_SAMPLES) // CUT_BLOCK_SAMPLES
+    if count < 2:
+        return len(window)
+    first = len(window) - count * CUT_BLOCK_SAMPLES
+    blocks = window[first:].reshape(count, CUT_BLOCK_SAMPLES).astype(np.float64)
+    rms = np.sqrt(np.mean(blocks * blocks, axis=1))
+    quietest = int(np.argmin(rms))
+    if not rms[quietest] < CUT_QUIET_RATIO * float(np.median(rms)):
+        return len(window)
+    return first + quietest * CUT_BLOCK_SAMPLES + CUT_BLOCK_SAMPLES // 2

@@ -4,6 +4,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+# A Whisper prompt keeps only its last 223 tokens (about 900 characters of English): 32768 characters cover it about
+# 36 times over; a longer text only costs its tokenization at every decode.
+MAX_PROMPT_CHARS = 32_768
+
 
 @dataclasses.dataclass(frozen=True)
 class TurnDetection:
@@ -28,9 +32,11 @@ class LiveOptions:
     """language (None: English for English-only models; a multilingual model's is detected once, on the first
     speech decoded, and kept for the whole stream), prompt (text the turns are conditioned on),
     turn_detection (None: only commit() ends a turn), interim_interval_s (audio between interim decodes),
-    max_buffered_s (the most uncommitted audio held: beyond it the turn is committed early), speculative_silence_ms
-    (with server VAD: after this much silence the turn is decoded as if it had ended, and that decode is its final
-    one if the silence lasts; None: the final decode starts when the turn ends)."""
+    max_buffered_s (the most audio held and not yet decoding: the turn being spoken is committed early beyond it, and
+    an append while more is held is refused: its owner waits while the session is `backlogged`),
+    max_decodes_in_flight (final decodes handed out and unfinished at once; the others wait their turn),
+    speculative_silence_ms (with server VAD: after this much silence the turn is decoded as if it had ended, and
+    that decode is its final one if the silence lasts; None: the final decode starts when the turn ends)."""
 
     language: Optional[str] = None
     prompt: Optional[str] = None
@@ -38,12 +44,15 @@ class LiveOptions:
     interim_interval_s: float = 1.0
     max_buffered_s: float = 60.0
     speculative_silence_ms: Optional[int] = 160
+    max_decodes_in_flight: int = 1
 
     def __post_init__(self) -> None:
         if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):
             raise ValueError(f"language must be None or a non-empty string, got {self.language!r}")
         if self.prompt is not None and not isinstance(self.prompt, str):
             raise ValueError(f"prompt must be None or a string, got {type(self.prompt).__name__}")
+        if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
+            raise ValueError(f"prompt has {len(self.prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}")
         if self.turn_detection is not None and not isinstance(self.turn_detection, TurnDetection):
             raise ValueError(f"turn_detection must be None or a TurnDetection, got {self.turn_detection!r}")
         if not isinstance(self.interim_interval_s, (int, float)) or not 0.1 <= self.interim_interval_s <= 30.0:
@@ -54,3 +63,6 @@ class LiveOptions:
         if speculative is not None and (isinstance(speculative, bool) or not isinstance(speculative, int)
                                         or not 0 <= speculative <= 10_000):
             raise ValueError(f"speculative_silence_ms must be None or an integer in [0, 10000], got {speculative!r}")
+        in_flight = self.max_decodes_in_flight
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or not 1 <= in_flight <= 64:
+            raise ValueError(f"max_decodes_in_flight must be an integer in [1, 64], got {in_flight!r}")

@@ -22,9 +22,11 @@ class Pending(NamedTuple):
 
 class RequestBook:
     """Queued requests (not handed out yet), pending ones (handed out or queued, output not in), the one interim
-    decode, and the stale ids the owner must abort."""
+    decode, and the stale ids the owner must abort. At most `max_final_in_flight` final decodes (parts and the
+    language detection) are handed out and unfinished at once; the others wait in the queue, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_final_in_flight: int = 1) -> None:
+        self.max_final_in_flight = max_final_in_flight
         self._queue: List[DecodeRequest] = []
         self._pending: Dict[str, Pending] = {}
         self._submitted: set = set()
@@ -38,15 +40,35 @@ class RequestBook:
             self.interim = request.request_id
 
     def take(self, best_effort: bool) -> List[DecodeRequest]:
-        """The queued requests, each once; without `best_effort` the interim and speculative ones are dropped."""
-        out, self._queue = self._queue, []
-        if not best_effort:
-            dropped = [r for r in out if self._pending[r.request_id].kind in BEST_EFFORT]
-            for request in dropped:
-                self.forget(request.request_id)
-            out = [r for r in out if r not in dropped]
+        """The queued requests to run now, each once: the final ones while fewer than `max_final_in_flight` are
+        handed out, and the best-effort ones (interim, speculative), which without `best_effort` are dropped."""
+        room = self.max_final_in_flight - self.finals_in_flight
+        out: List[DecodeRequest] = []
+        kept: List[DecodeRequest] = []
+        for request in self._queue:
+            if self._pending[request.request_id].kind in BEST_EFFORT:
+                if best_effort:
+                    out.append(request)
+                else:
+                    self.forget(request.request_id)
+            elif room > 0:
+                out.append(request)
+                room -= 1
+            else:
+                kept.append(request)
+        self._queue = kept
         self._submitted.update(r.request_id for r in out)
         return out
+
+    @property
+    def finals_in_flight(self) -> int:
+        """Final decodes handed out whose output is not in."""
+        return sum(1 for rid in self._submitted if self._pending[rid].kind not in BEST_EFFORT)
+
+    @property
+    def finals_queued(self) -> int:
+        """Final decodes waiting to be handed out (the in-flight bound holds them back)."""
+        return sum(1 for r in self._queue if self._pending[r.request_id].kind not in BEST_EFFORT)
 
     def queued(self, kind: str) -> bool:
         """Whether a request of `kind` waits to be handed out."""

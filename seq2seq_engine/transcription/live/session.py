@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
-from seq2seq_engine.transcription.live.audio_buffer import AudioBuffer, check_samples
+from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog, AudioBuffer, check_samples, quiet_cut
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.live.decoder import LiveDecoder
 from seq2seq_engine.transcription.live.events import (Cleared, Committed, LiveEvent, SpeechStarted, SpeechStopped,
@@ -19,26 +19,21 @@ from seq2seq_engine.transcription.live.speculation import Speculation, adoptable
 from seq2seq_engine.transcription.live.turn import Turn
 from seq2seq_engine.transcription.live.vad_stream import StreamingVad
 
-__all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession"]
+__all__ = ["TurnDetection", "LiveOptions", "DecodeRequest", "LiveSession", "AudioBacklog"]
 
-WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next
+WINDOW_SAMPLES = 30 * SAMPLE_RATE  # a turn longer than one Whisper window rolls over to the next, at a pause
 MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # commit() of less than 100 ms of audio is refused (as OpenAI's)
 SILENCE_MARGIN = 0.15  # a silence starts below threshold - 0.15 and continues below threshold (Silero's rule)
 
 
 class LiveSession:
-    """One live transcription. Sans-IO: it never touches the engine; `take_requests` hands out the decodes to run
-    and `on_output` takes their tokens back. Every method returns the events it caused, in order.
-
-    While a turn is spoken it is decoded again every `interim_interval_s` of new audio (one interim decode in flight
-    at most); the words two consecutive decodes agree on go out as Deltas (LocalAgreement-2). One final decode
-    completes the turn, forced to start with the deltas while the interim decodes still agree with them, else the
-    plain greedy decode (nothing sent is retracted; Completed carries the final text). With server VAD the final
-    decode may start early: after `speculative_silence_ms` of silence the audio so far is decoded as the final part
-    would be, and kept if the silence lasts until the turn ends. A turn over 30 s rolls over, the next window
-    prompted with the text before; Completed events come in commit order; `max_buffered_s` commits a turn early.
-    With turn_detection None a turn is all audio appended since the last commit, without interim decodes.
-    docs/decisions.md §80 gives the rules and their reasons.
+    """One live transcription. Sans-IO: `take_requests` hands out the decodes to run, `on_output` takes their
+    tokens back; every method returns the events it caused, in order. A turn being spoken is decoded again every
+    `interim_interval_s` (one interim decode at a time) and the words two decodes agree on go out as Deltas
+    (LocalAgreement-2); one final decode, forced to continue the deltas, completes it (with server VAD it may start
+    early, after `speculative_silence_ms` of silence). A turn over 30 s rolls over at a pause, the next window
+    prompted with the text before; Completed events come in commit order. The owner stops feeding audio while
+    `backlogged` (more final decodes than `max_decodes_in_flight` would run at once). docs/decisions.md §80.
     """
 
     def __init__(self, options: LiveOptions, decoder: LiveDecoder, vad: Optional[StreamingVad] = None,
@@ -55,7 +50,7 @@ class LiveSession:
         self._turns: List[Turn] = []  # committed turns not completed yet, then the turn being spoken
         self._current: Optional[Turn] = None
         self._last_item: Optional[str] = None
-        self._book = RequestBook()
+        self._book = RequestBook(options.max_decodes_in_flight)
         # without a language on a multilingual model: the detection request, and the part decodes held until then
         self._detecting: Optional[str] = None
         self._held: List[Tuple[Turn, int, np.ndarray, Optional[str], Optional[str]]] = []
@@ -63,8 +58,11 @@ class LiveSession:
 
     # ------------------------------------------------------------------ audio in
     def append(self, samples: np.ndarray) -> List[LiveEvent]:
-        """Take float32 16 kHz mono samples: VAD, turn detection, interim decodes and 30 s rollovers."""
+        """Take float32 16 kHz mono samples: VAD, turn detection, interim decodes and 30 s rollovers. AudioBacklog
+        (a ValueError) while more than max_buffered_s is held: the owner waits while `backlogged`."""
         samples = check_samples(samples)
+        if self.buffered_seconds > self.options.max_buffered_s:
+            raise AudioBacklog(self.buffered_seconds, self.options.max_buffered_s)
         events: List[LiveEvent] = []
         if self.vad is None and self._current is None and len(samples):
             self._current = self._open(self._audio.end)
@@ -79,10 +77,11 @@ class LiveSession:
             if self._current is None:
                 pad = self.options.turn_detection.prefix_padding_ms * SAMPLE_RATE // 1000
                 self._audio.drop_before(self.vad.frames_done * StreamingVad.frame_samples - pad)
-        if self._current is not None and self.buffered_seconds > self.options.max_buffered_s:
+        turn = self._current
+        if turn is not None and self._audio.end - turn.part_start > self.options.max_buffered_s * SAMPLE_RATE:
             if self.vad is not None:
-                events.append(SpeechStopped(self._current.item_id, audio_ms(self._audio.end)))
-            events += self._commit(self._current, self._audio.end)
+                events.append(SpeechStopped(turn.item_id, audio_ms(self._audio.end)))
+            events += self._commit(turn, self._audio.end)
         return events
 
     def commit(self) -> List[LiveEvent]:
@@ -156,6 +155,13 @@ class LiveSession:
         return self._book.submitted_ids()
 
     @property
+    def backlogged(self) -> bool:
+        """Whether final decodes wait for others to finish (queued beyond max_decodes_in_flight, parts waiting for
+        the text before them or for the language): an owner stops feeding audio until an output comes back."""
+        waiting = any(turn.waiting for turn in self._turns) or bool(self._held)
+        return waiting or self._book.finals_queued > 0
+
+    @property
     def buffered_seconds(self) -> float:
         """Seconds of audio the transcription holds: the uncommitted turn's current part (or the prefix padding
         between turns) and the parts waiting for the text before them."""
@@ -202,7 +208,7 @@ class LiveSession:
     def _roll(self, turn: Turn, upto: int) -> None:
         """Cut the turn's audio before `upto` into final 30 s parts, as long as whole windows of it are held."""
         while upto - turn.part_start >= WINDOW_SAMPLES:
-            cut = turn.part_start + WINDOW_SAMPLES
+            cut = turn.part_start + quiet_cut(self._audio.slice(turn.part_start, turn.part_start + WINDOW_SAMPLES))
             self._add_part(turn, self._audio.slice(turn.part_start, cut), decode=True)
             turn.part_start = cut
             self._audio.drop_before(cut)

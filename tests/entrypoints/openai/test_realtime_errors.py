@@ -82,6 +82,10 @@ def _bad_events():
         (transcription_update(language="fr"), "invalid_value", "session.audio.input.transcription.language"),
         ({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(24000 * 2 * 61)).decode()},
          "invalid_value", "audio"),  # one append of more than the 60 s a session holds
+        (transcription_update(prompt="word " * 1000), "string_above_max_length",
+         "session.audio.input.transcription.prompt"),  # 5,000 characters: over the 4,096 a prompt may have
+        (transcription_update(language="e" * 300), "string_above_max_length",
+         "session.audio.input.transcription.language"),
     ]
 
 
@@ -103,6 +107,20 @@ def test_each_bad_event_gets_an_error_and_the_session_goes_on(server):
     audio = updated["session"]["audio"]["input"]
     assert audio["format"]["rate"] == 24000 and audio["turn_detection"] is None
     assert audio["transcription"]["language"] == "en" and updated["session"]["id"] == created["session"]["id"]
+
+
+def test_a_long_event_id_is_refused_and_a_message_over_the_size_limit_closes_the_socket(server):
+    with connect(server) as ws:
+        recv(ws)
+        send(ws, {"type": "input_audio_buffer.clear", "event_id": "e" * 257})
+        error = recv(ws)["error"]
+        assert (error["code"], error["param"], error["event_id"]) == ("string_above_max_length", "event_id", None)
+        send(ws, transcription_update(prompt="a prompt of the limit's length".ljust(4096, "."), language="en"))
+        assert recv(ws)["session"]["audio"]["input"]["transcription"]["prompt"].endswith("....")
+        send(ws, {"type": "input_audio_buffer.append", "audio": "A" * (4 * 1024 * 1024)})  # 4 MiB + the JSON
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+            recv(ws, timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009  # message too big
 
 
 def _metric(server, name):
