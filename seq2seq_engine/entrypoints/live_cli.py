@@ -13,6 +13,10 @@ from seq2seq_engine.entrypoints.live_input import END, INPUT_FORMATS, read_block
 from seq2seq_engine.transcription.live import Completed, LiveDecoder, LiveOptions, LiveSession
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
 
+# Blocks read ahead of the transcription (each at most 100 ms of raw audio, or one decoded container frame): the
+# reader thread waits when the queue is full, so memory does not grow with input that arrives faster than real time.
+MAX_QUEUED_BLOCKS = 64
+
 
 def add_live_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("live", "transcribe a live stream from stdin (AUDIO must be '-')")
@@ -41,38 +45,53 @@ def check_live_arguments(args: argparse.Namespace) -> None:
         raise ValueError("--live prints text lines to stdout: --output-dir and --output-format are not taken")
 
 
+class OutputClosed(Exception):
+    """The reader of the printed lines went away (stdout is a closed pipe): the transcription stops."""
+
+
 def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextIO,
              source: Optional[BinaryIO] = None) -> None:
-    """Transcribe stdin (or `source`) live until its end, printing each turn's final text as one line."""
+    """Transcribe stdin (or `source`) live until its end, printing each turn's final text as one line. Input is
+    read no faster than it is transcribed: while the session is backlogged no block is taken, the reader thread
+    blocks on the full queue and stops reading, and the writer to stdin is held back by the pipe. ValueError when
+    stdin is closed; OutputClosed when stdout is."""
     from seq2seq_engine.entrypoints.llm import LLM
     from seq2seq_engine.model_loader.resolver import resolve_model_path
 
+    if source is None and sys.stdin is None:
+        raise ValueError("stdin is closed: --live reads the audio from stdin ('-')")
     engine = LLM(resolve_model_path(args.model), **engine_kwargs).llm_engine
     options = LiveOptions(language=args.language, prompt=getattr(args, "initial_prompt", None))
     session = LiveSession(options, LiveDecoder.for_engine(engine))
-    blocks: "queue.Queue[Any]" = queue.Queue()
+    blocks: "queue.Queue[Any]" = queue.Queue(maxsize=MAX_QUEUED_BLOCKS)
     reader = threading.Thread(target=read_blocks, daemon=True,
                               args=(source or sys.stdin.buffer, args.input_format, args.sample_rate, blocks))
     reader.start()
     ended = False
     while not ended or engine.has_unfinished_requests():
         events: List[Any] = []
-        wait = not engine.has_unfinished_requests()
-        while not ended:  # all audio read so far; wait for some only while the engine is idle
-            try:
-                block = blocks.get(block=wait)
-            except queue.Empty:
-                break
-            wait = False
-            if isinstance(block, Exception):
-                raise block
-            if block is END:
-                ended = True
-                events += _commit_rest(session)
-            else:
-                events += session.append(block)
+        if not ended and not session.backlogged:
+            ended = _take_blocks(blocks, session, events, wait=not engine.has_unfinished_requests())
         run_requests(engine, session, events)
         _print_turns(events, out)
+
+
+def _take_blocks(blocks: "queue.Queue[Any]", session: LiveSession, events: List[Any], wait: bool) -> bool:
+    """Append the blocks read so far (waiting for one when `wait`) until the session is backlogged; True at the end
+    of the input (the turn being spoken is then committed)."""
+    while not session.backlogged:
+        try:
+            block = blocks.get(block=wait)
+        except queue.Empty:
+            return False
+        wait = False
+        if isinstance(block, Exception):
+            raise block
+        if block is END:
+            events += _commit_rest(session)
+            return True
+        events += session.append(block)
+    return False
 
 
 def _commit_rest(session: LiveSession) -> List[Any]:
@@ -99,7 +118,10 @@ def run_requests(engine: Any, session: LiveSession, events: List[Any]) -> None:
 
 
 def _print_turns(events: List[Any], out: TextIO) -> None:
-    for event in events:
-        if isinstance(event, Completed) and event.transcript:
-            out.write(event.transcript + "\n")
-            out.flush()
+    try:
+        for event in events:
+            if isinstance(event, Completed) and event.transcript:
+                out.write(event.transcript + "\n")
+                out.flush()
+    except BrokenPipeError:
+        raise OutputClosed() from None

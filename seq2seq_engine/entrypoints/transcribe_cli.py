@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple,
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
 from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments, cache_kwargs
-from seq2seq_engine.entrypoints.live_cli import add_live_arguments, check_live_arguments, run_live
+from seq2seq_engine.entrypoints.live_cli import OutputClosed, add_live_arguments, check_live_arguments, run_live
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_subtitle_arguments,
                                                          add_vad_arguments, add_word_arguments, options_from_args,
@@ -41,6 +41,7 @@ from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionRe
 from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -172,7 +173,18 @@ def _run_live(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         run_live(args, engine_kwargs(args), out)
     except (ValueError, TypeError, FileNotFoundError) as error:
         return _usage_error(err, str(error))
+    except OutputClosed:
+        if out is sys.stdout:
+            _silence_stdout()
+        return EXIT_OUTPUT_CLOSED
     return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point a closed stdout at /dev/null, so the interpreter's flush at exit does not raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _usage_error(err: TextIO, message: str) -> int:
