@@ -7,9 +7,10 @@ from fastapi.responses import JSONResponse, Response
 from seq2seq_engine.entrypoints.openai.audio import create_transcription
 from seq2seq_engine.entrypoints.openai.chat import chat_prompt_token_ids, create_chat_completion
 from seq2seq_engine.entrypoints.openai.completions import create_completion
-from seq2seq_engine.entrypoints.openai.errors import APIError, install_error_handlers
+from seq2seq_engine.entrypoints.openai.errors import APIError, check_size, install_error_handlers
+from seq2seq_engine.entrypoints.openai.limits import MAX_DETOKENIZE_TOKENS
 from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
-from seq2seq_engine.entrypoints.openai.params import check_text_size
+from seq2seq_engine.entrypoints.openai.params import check_model_name, check_sampling_limits, check_text_size
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
 from seq2seq_engine.entrypoints.openai.realtime import add_realtime_route
@@ -50,6 +51,7 @@ def _info_routes(app: FastAPI, models: ServedModels) -> None:
 def _token_routes(app: FastAPI, models: ServedModels) -> None:
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> JSONResponse:
+        check_model_name(body.model)
         state = models.resolve(body.model)
         if (body.prompt is None) == (body.messages is None):
             raise APIError("send either prompt or messages", param="prompt")
@@ -64,6 +66,8 @@ def _token_routes(app: FastAPI, models: ServedModels) -> None:
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> JSONResponse:
+        check_model_name(body.model)
+        check_size("tokens", len(body.tokens), MAX_DETOKENIZE_TOKENS, "token ids")
         state = models.resolve(body.model)
         vocab_size = state.model_config.vocab_size
         bad = [token for token in body.tokens if not 0 <= token < vocab_size]
@@ -75,10 +79,12 @@ def _token_routes(app: FastAPI, models: ServedModels) -> None:
 def _generation_routes(app: FastAPI, models: ServedModels) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
+        check_sampling_limits(body)
         return await create_completion(body, request, models.resolve(body.model))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
+        check_sampling_limits(body)
         return await create_chat_completion(body, request, models.resolve(body.model))
 
     @app.post("/v1/audio/transcriptions")

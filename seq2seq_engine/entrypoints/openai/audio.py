@@ -12,13 +12,14 @@ from starlette.requests import Request
 
 from seq2seq_engine.audio.base import TOO_LONG
 from seq2seq_engine.audio.stream import declared_seconds
-from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, parse_audio_form
+from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, bounded_form, parse_audio_form
 from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
 from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
 from seq2seq_engine.transcription.job import TranscriptionJob
+from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.results import TranscriptionResult, render
 
 
@@ -26,7 +27,7 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     if not any(state.takes_audio for state in models.states):
         raise APIError(f"no model of this server takes audio (none is a Whisper model): {list(models.names)}",
                        param="model")
-    async with request.form(max_files=1, max_fields=100) as form:
+    async with bounded_form(request) as form:
         audio = await parse_audio_form(form, task, models.settings.max_upload_bytes)
     if audio.model is None:
         raise APIError("model is required", param="model")
@@ -37,6 +38,7 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     declared = await run_in_threadpool(declared_seconds, audio.data)  # the header only: no decoding
     if declared is not None and declared > limit:
         raise _too_long(audio, limit)
+    _check_engine_bounds(audio.options, state)
     try:
         options = dataclasses.replace(audio.options, max_audio_seconds=limit if math.isfinite(limit) else None)
         job = TranscriptionJob(state.engine, [audio.data], options, stream=audio.stream)
@@ -54,6 +56,17 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     if audio.response_format == "json":
         return JSONResponse({"text": result.text, "usage": _usage(result)}, headers=headers)
     return JSONResponse(verbose_json(result, audio, task), headers=headers)
+
+
+def _check_engine_bounds(options: TranscriptionOptions, state: ServerState) -> None:
+    """The engine's bounds on a window's sequences (TranscriptionJob applies the same), as 400s naming the field."""
+    scheduler = state.engine.scheduler_config
+    if options.beam_width is not None and options.beam_width > scheduler.max_beam_width:
+        raise APIError(f"beam_width is {options.beam_width}, more than this engine's max_beam_width of "
+                       f"{scheduler.max_beam_width}", param="beam_width")
+    if any(t > 0 for t in options.temperatures) and options.best_of > scheduler.max_num_seqs:
+        raise APIError(f"best_of is {options.best_of}, more than this engine's max_num_seqs of {scheduler.max_num_seqs}"
+                       f" (--max-num-seqs): all of a window's samples run in one step", param="best_of")
 
 
 def _too_long(audio: AudioRequest, limit: float) -> APIError:

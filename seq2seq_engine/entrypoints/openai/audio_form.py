@@ -1,15 +1,25 @@
 """The multipart form of /v1/audio/transcriptions and /translations: OpenAI's fields (file, model, language, prompt,
 temperature, response_format, timestamp_granularities[]), any TranscriptionOptions field as an extra field, and the
-srt/vtt cue fields (SubtitleOptions: max_line_width, max_line_count, max_words_per_line, highlight_words)."""
+srt/vtt cue fields (SubtitleOptions: max_line_width, max_line_count, max_words_per_line, highlight_words), each
+within its bound (limits.py)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional
+import math
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
 
-from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.errors import APIError, check_size
+from seq2seq_engine.entrypoints.openai.limits import (MAX_AUDIO_PROMPT_CHARS, MAX_CLIP_TIMESTAMPS, MAX_FORM_FIELD_BYTES,
+                                                      MAX_FORM_FIELDS, MAX_FORM_FILES, MAX_LANGUAGE_CHARS,
+                                                      MAX_MODEL_CHARS, MAX_PART_HEADER_LINE_BYTES, MAX_PART_HEADERS,
+                                                      MAX_TEMPERATURES, MAX_TIMESTAMP_GRANULARITIES,
+                                                      MAX_VAD_PARAMETERS_CHARS, MAX_VOCABULARY_IDS)
 from seq2seq_engine.sampling_params import INT64_MAX
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.subtitles import SubtitleOptions
@@ -27,6 +37,63 @@ _SUBTITLE_INTS = ("max_line_width", "max_line_count", "max_words_per_line")
 _SUBTITLE_FIELDS = _SUBTITLE_INTS + ("highlight_words",)
 # Set by the endpoint or the server itself, never by a form field.
 _RESERVED = ("task", "timestamps", "use_tqdm", "max_in_flight", "initial_prompt")
+# Each text field's bound below the part size: (limit, unit); "characters" counts the text, the rest its
+# comma-separated items.
+_FIELD_BOUNDS = {"model": (MAX_MODEL_CHARS, "characters"), "language": (MAX_LANGUAGE_CHARS, "characters"),
+                 "prompt": (MAX_AUDIO_PROMPT_CHARS, "characters"), "hotwords": (MAX_AUDIO_PROMPT_CHARS, "characters"),
+                 "prefix": (MAX_AUDIO_PROMPT_CHARS, "characters"), "temperature": (MAX_TEMPERATURES, "temperatures"),
+                 "clip_timestamps": (MAX_CLIP_TIMESTAMPS, "numbers"),
+                 "suppress_tokens": (MAX_VOCABULARY_IDS, "token ids"),
+                 "vad_parameters": (MAX_VAD_PARAMETERS_CHARS, "characters")}
+
+
+class _BoundedMultiPartParser(MultiPartParser):
+    """starlette's multipart parser with the form's bounds (limits.py) as 400s naming the part past them."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(request.headers, request.stream(), max_files=math.inf, max_fields=math.inf,
+                         max_part_size=MAX_FORM_FIELD_BYTES)  # on_part_data checks it first, naming the part
+
+    def on_headers_finished(self) -> None:
+        super().on_headers_finished()
+        name = self._current_part.field_name
+        if self._current_part.file is not None:
+            check_size(name, self._current_files, MAX_FORM_FILES, "files", subject="the form")
+        else:
+            check_size(name, self._current_fields, MAX_FORM_FIELDS, "text fields", subject="the form")
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        part = self._current_part
+        if part.file is None:
+            check_size(part.field_name, len(part.data) + end - start, MAX_FORM_FIELD_BYTES, "bytes")
+        super().on_part_data(data, start, end)
+
+
+@contextlib.asynccontextmanager
+async def bounded_form(request: Request) -> AsyncIterator[FormData]:
+    """The request's multipart form within the bounds of limits.py (an empty form for any other body: no `file`);
+    its files are closed on leaving."""
+    form = FormData()
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "multipart/form-data":
+        try:
+            form = await _BoundedMultiPartParser(request).parse()
+        except MultiPartException as error:
+            raise APIError(f"the multipart body is malformed or a part has a header line over "
+                           f"{MAX_PART_HEADER_LINE_BYTES} bytes or over {MAX_PART_HEADERS} headers: {error.message}",
+                           param="file") from None
+    try:
+        yield form
+    finally:
+        await form.close()
+
+
+def _check_field_bounds(form: FormData, granularities: List[Any]) -> None:
+    check_size("timestamp_granularities[]", len(granularities), MAX_TIMESTAMP_GRANULARITIES, "values")
+    for name, (limit, unit) in _FIELD_BOUNDS.items():
+        for value in form.getlist(name):
+            if isinstance(value, str):
+                size = len(value) if unit == "characters" else sum(1 for part in value.split(",") if part.strip())
+                check_size(name, size, limit, unit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +143,7 @@ def _extra_field(name: str, text: str) -> Any:
     if name == "vad_parameters":
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the interpreter's stack
             raise APIError("vad_parameters must be a JSON object", param=name) from None
     known = sorted(_BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + tuple(_ALIASES)
                    + _SUBTITLE_FIELDS)
@@ -102,11 +169,12 @@ async def parse_audio_form(form: FormData, task: str, max_upload_bytes: int) -> 
                        413, param="file", code="file_too_large")
     if not data:
         raise APIError("the file is empty", param="file")
+    granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+    _check_field_bounds(form, granularities)
     response_format = _single(form, "response_format") or "json"
     if response_format not in RESPONSE_FORMATS:
         raise APIError(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}",
                        param="response_format")
-    granularities = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
     for granularity in granularities:
         if granularity not in GRANULARITIES:
             raise APIError(f"timestamp_granularities[] takes {' and '.join(GRANULARITIES)}, got {granularity!r}",

@@ -13,8 +13,8 @@ from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, che
                                                        usage)
 from seq2seq_engine.entrypoints.openai.client import EngineRequests
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.params import (check_text_size, default_max_tokens, engine_overrides,
-                                                      request_fields)
+from seq2seq_engine.entrypoints.openai.params import (check_messages, check_text_size, default_max_tokens,
+                                                      engine_overrides, request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from seq2seq_engine.entrypoints.openai.state import ServerState
 
@@ -22,6 +22,7 @@ from seq2seq_engine.entrypoints.openai.state import ServerState
 def chat_prompt_token_ids(messages: List[ChatMessage], state: ServerState, add_generation_prompt: bool) -> List[int]:
     """The conversation through the tokenizer's chat template, as token ids (the template writes the special
     tokens itself, so none are added)."""
+    check_messages(messages)
     tokenizer = state.need_tokenizer()
     if state.is_encoder_decoder or not getattr(tokenizer, "chat_template", None):
         raise APIError(f"the model {state.model_name!r} has no chat template; use /v1/completions", param="messages")

@@ -12,7 +12,8 @@ from starlette.requests import Request
 from seq2seq_engine.entrypoints.openai.choices import (ChoiceTracker, Piece, check_ignored, stream_response, token_text,
                                                        usage)
 from seq2seq_engine.entrypoints.openai.client import EngineRequests
-from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.errors import APIError, check_size
+from seq2seq_engine.entrypoints.openai.limits import MAX_PROMPTS
 from seq2seq_engine.entrypoints.openai.params import (COMPLETIONS_DEFAULT_MAX_TOKENS, check_text_size,
                                                       default_max_tokens, engine_overrides, request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import CompletionRequest
@@ -28,6 +29,7 @@ def engine_prompts(body: CompletionRequest, state: ServerState) -> List[Any]:
         prompts = list(prompt)
     if not prompts:
         raise APIError("prompt must not be empty", param="prompt")
+    check_size("prompt", len(prompts), MAX_PROMPTS, "prompts")
     for text in [p for p in prompts if isinstance(p, str)]:
         check_text_size(state.model_config, [text], "prompt")
     prompts = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]

@@ -29,6 +29,16 @@ class APIError(Exception):
         self.message, self.status, self.param, self.code = message, status, param, code
 
 
+def check_size(param: str, size: int, limit: int, unit: str, subject: Optional[str] = None) -> None:
+    """A 400 naming `param` and `limit` when `size` (a count of `unit`: "characters", "entries", ...) is over it
+    (`subject`: what the message calls it, `param` by default); the code is OpenAI's for an over-long string or
+    array."""
+    if size > limit:
+        code = "string_above_max_length" if unit in ("characters", "bytes") else "array_above_max_length"
+        raise APIError(f"{subject or param} has {size} {unit}, more than the limit of {limit}", param=param,
+                       code=code)
+
+
 def error_body(message: str, status: int, param: Optional[str] = None, code: Optional[str] = None) -> dict:
     return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
                       "code": code}}

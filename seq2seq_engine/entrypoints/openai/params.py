@@ -1,11 +1,15 @@
 """From a request body to the engine's request parameters: the fields the client sent, as overrides of the model's
 generation_config.json defaults (a dict the engine turns into SamplingParams or BeamSearchParams, which validate
-them), the request field behind each engine parameter, and the bound on text prompts."""
+them), the request field behind each engine parameter, and the bounds on the fields (limits.py)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Sequence
 
-from seq2seq_engine.entrypoints.openai.errors import APIError
+from seq2seq_engine.entrypoints.openai.errors import APIError, check_size
+from seq2seq_engine.entrypoints.openai.limits import (MAX_BAD_WORD_CHARS, MAX_BAD_WORDS, MAX_CONTENT_PARTS,
+                                                      MAX_MESSAGE_NAME_CHARS, MAX_MESSAGES, MAX_MODEL_CHARS,
+                                                      MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS,
+                                                      MAX_USER_CHARS, MAX_VOCABULARY_IDS, PROMPT_CHARS_PER_TOKEN)
 
 # Request fields passed to the engine under the same name when sent.
 _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
@@ -13,9 +17,6 @@ _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
            "include_stop_str_in_output", "no_repeat_ngram_size", "bad_words", "allowed_token_ids")
 # OpenAI's default max_tokens for /v1/completions when neither the client nor the model sets one.
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
-# Text over this many characters per token of the model's context cannot fit it (English runs about 4 characters
-# a token); refusing it before tokenizing bounds the work one request can cost.
-PROMPT_CHARS_PER_TOKEN = 16
 
 
 def check_text_size(model_config: Any, texts: Iterable[str], param: str) -> None:
@@ -25,6 +26,37 @@ def check_text_size(model_config: Any, texts: Iterable[str], param: str) -> None
     if size > limit:
         raise APIError(f"{param} has {size} characters, more than this model can take: {limit} "
                        f"({PROMPT_CHARS_PER_TOKEN} per token of its {context}-token context)", param=param)
+
+
+def check_model_name(model: Optional[str]) -> None:
+    """A 400 naming `model` when the name sent is longer than any served name can be (limits.py)."""
+    if model is not None:
+        check_size("model", len(model), MAX_MODEL_CHARS, "characters")
+
+
+def check_sampling_limits(body: Any) -> None:
+    """A 400 naming the first field of a completions or chat body past its bound (limits.py)."""
+    check_model_name(body.model)
+    check_size("user", len(body.user or ""), MAX_USER_CHARS, "characters")
+    stops = [body.stop] if isinstance(body.stop, str) else body.stop or []
+    check_size("stop", len(stops), MAX_STOP_STRINGS, "strings")
+    for index, stop in enumerate(stops):
+        check_size("stop", len(stop), MAX_STOP_CHARS, "characters", subject=f"stop string {index}")
+    check_size("bad_words", len(body.bad_words or []), MAX_BAD_WORDS, "words")
+    for index, word in enumerate(body.bad_words or []):
+        check_size("bad_words", len(word), MAX_BAD_WORD_CHARS, "characters", subject=f"bad word {index}")
+    for name, limit in (("stop_token_ids", MAX_STOP_TOKEN_IDS), ("allowed_token_ids", MAX_VOCABULARY_IDS),
+                        ("logit_bias", MAX_VOCABULARY_IDS)):
+        check_size(name, len(getattr(body, name) or ()), limit, "entries")
+
+
+def check_messages(messages: Sequence[Any]) -> None:
+    """A 400 naming `messages` (or one message's field) past its count or size bound (limits.py)."""
+    check_size("messages", len(messages), MAX_MESSAGES, "messages")
+    for index, message in enumerate(messages):
+        if isinstance(message.content, list):
+            check_size(f"messages.{index}.content", len(message.content), MAX_CONTENT_PARTS, "parts")
+        check_size(f"messages.{index}.name", len(message.name or ""), MAX_MESSAGE_NAME_CHARS, "characters")
 
 
 def request_fields(body: Any, chat: bool) -> Dict[str, str]:
