@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Optional, Sequence
 
-from seq2seq_engine.cache_dir import cache_root
+from seq2seq_engine.cache_dir import CacheDirError, cache_root, writable_cache_dir
 
 # A cache entry is complete once this file is in it (it is written by every converter).
 COMPLETE_MARKER = "config.json"
@@ -45,14 +45,18 @@ def convert_into_cache(name: str, convert: Callable[[str], Any], cache_dir: Opti
     """The cache directory `name`, made by `convert(out_dir)` on first use.
 
     Concurrent callers are safe: each converts into its own temporary directory, which is renamed into place; a
-    caller that loses the race keeps the winner's directory.
+    caller that loses the race keeps the winner's directory. A complete entry is used even from a read-only cache;
+    converting into a cache directory that cannot be written is a CacheDirError.
     """
     root = cache_dir or cache_root()
     target = os.path.join(root, name)
     if os.path.isfile(os.path.join(target, COMPLETE_MARKER)):
         return target
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
+    writable_cache_dir(root)   # a CacheDirError naming the directory, not an OSError from deep inside
+    try:
+        tmp = tempfile.mkdtemp(prefix=".converting-", dir=root)
+    except OSError as error:
+        raise CacheDirError.because(root, f"no directory can be made in it ({error.strerror or error})") from error
     try:
         convert(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private

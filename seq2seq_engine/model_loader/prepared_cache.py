@@ -15,12 +15,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from seq2seq_engine.cache_dir import cache_root
+from seq2seq_engine.cache_dir import cache_root, writable_cache_dir
+from seq2seq_engine.model_loader.prepared_checksum import CHECKSUM_ALGORITHM, CHECKSUM_KEY, checksum
 from seq2seq_engine.model_loader.prepared_state import PreparedMismatch, restore, snapshot
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: the file carries its checksum
 ALIGNMENT = 64
 PAD_PREFIX = "__pad__."
 _DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -62,9 +63,10 @@ def _code_files() -> List[str]:
     """The model definitions and kernel front ends: preparation is their code."""
     from seq2seq_engine import kernels, models
     folders = [os.path.dirname(os.path.abspath(package.__file__)) for package in (kernels, models)]
+    here = os.path.dirname(os.path.abspath(__file__))
     return sorted([path for folder in folders for path in glob.glob(os.path.join(folder, "*.py"))]
-                  + [os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                             "prepared_state.py")])
+                  + [os.path.join(here, name) for name in ("prepared_cache.py", "prepared_state.py",
+                                                           "prepared_checksum.py")])
 
 
 def _stats(paths: Sequence[str]) -> list:
@@ -101,7 +103,8 @@ class PreparedWeights:
     The slot (the file name) is the model directory and `preparation_plan`; inside, a fingerprint of the weight
     files, config.json, torch's version and the model and kernel code (size and mtime) must match, else the slot is
     prepared again. Every tensor starts on a 64-byte boundary, as torch's own allocations do, so the kernels read
-    mapped weights as fast as loaded ones."""
+    mapped weights as fast as loaded ones. The file's checksum (prepared_checksum.py) is checked on every load: a
+    damaged file is logged and prepared again, never used."""
 
     def __init__(self, model_dir: str, weight_files: Sequence[str], dtype: torch.dtype, quantization: Optional[str],
                  linear_weight_dtype: Optional[torch.dtype], cache_dir: Optional[str] = None) -> None:
@@ -112,15 +115,15 @@ class PreparedWeights:
         self.folder = os.path.join(cache_dir or cache_root(), "prepared")
         self.path = os.path.join(self.folder, f"{label}-{digest}.safetensors")
         files = [*weight_files, os.path.join(model_dir, "config.json"), *_code_files()]
-        self.fingerprint = hashlib.sha256(json.dumps([FORMAT_VERSION, torch.__version__, _stats(files)])
-                                          .encode()).hexdigest()
+        self.fingerprint = hashlib.sha256(json.dumps([FORMAT_VERSION, torch.__version__, CHECKSUM_ALGORITHM,
+                                                      _stats(files)]).encode()).hexdigest()
         self.refused = False   # an up-to-date file that did not fit: not written again
 
     def load(self, build_skeleton: Callable[[], nn.Module]) -> Optional[nn.Module]:
         """The prepared model, its tensors memory-mapped from the file; None when there is no up-to-date file or
-        it does not fit the model (logged; the caller loads the slow way)."""
+        it does not fit the model or is damaged (logged; the caller loads the slow way)."""
         from safetensors import SafetensorError, safe_open
-        if not os.path.isfile(self.path):
+        if not os.path.isfile(self.path):   # a regular file only: opening a FIFO would wait for a writer
             return None
         try:
             with safe_open(self.path, framework="pt", device="cpu") as handle:
@@ -128,6 +131,10 @@ class PreparedWeights:
                 if metadata.get("fingerprint") != self.fingerprint:
                     return None
                 tensors = {name: handle.get_tensor(name) for name in handle.keys() if not name.startswith(PAD_PREFIX)}
+            if metadata.get(CHECKSUM_KEY) != checksum(metadata, tensors):
+                logger.warning("prepared weights %s are damaged (their checksum does not match): preparing %s again "
+                               "from its weights", self.path, self.model_dir)
+                return None
             model = restore(build_skeleton(), json.loads(metadata["layout"]), tensors)
             os.utime(self.path)   # last used: prune_prepared keeps the most recently used files of a model
             return model
@@ -148,7 +155,8 @@ class PreparedWeights:
             layout, tensors = snapshot(model)
             metadata = {"format": "pt", "fingerprint": self.fingerprint, "model_dir": self.model_dir,
                         "layout": json.dumps(layout)}
-            os.makedirs(self.folder, exist_ok=True)
+            metadata[CHECKSUM_KEY] = checksum(metadata, tensors)
+            writable_cache_dir(self.folder)
             handle, temporary = tempfile.mkstemp(prefix=".preparing-", suffix=".safetensors", dir=self.folder)
             os.close(handle)
             try:
@@ -164,10 +172,14 @@ class PreparedWeights:
 
 def prune_prepared(folder: str, per_model: int = MAX_FILES_PER_MODEL) -> None:
     """Remove prepared files whose model directory is gone, all but the `per_model` most recently used files of each
-    model directory (other dtypes, kernels or ISA caps), and temporary files left by a crashed write."""
+    model directory (other dtypes, kernels or ISA caps), and temporary files left by a crashed write. Only regular
+    files are opened: a FIFO would block the open until a writer came, a device could be anything. Such an entry is
+    left alone, as the cache never makes one; one at a slot's own name is replaced by that slot's next write."""
     from safetensors import SafetensorError, safe_open
     by_model: Dict[str, List[str]] = {}
     for path in glob.glob(os.path.join(folder, "*.safetensors")):
+        if not os.path.isfile(path):
+            continue
         try:
             with safe_open(path, framework="pt", device="cpu") as handle:
                 model_dir = (handle.metadata() or {}).get("model_dir", "")

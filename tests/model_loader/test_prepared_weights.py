@@ -15,6 +15,7 @@ from t5_reference import build_tiny_t5
 from seq2seq_engine.model_loader import prepared_cache
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.prepared_cache import PreparedWeights, prune_prepared, write_aligned_safetensors
+from seq2seq_engine.model_loader.prepared_checksum import CHECKSUM_KEY, checksum
 from seq2seq_engine.model_loader.prepared_state import describe, snapshot
 from seq2seq_engine.models.int8 import int8_unsupported_reason
 
@@ -94,6 +95,7 @@ def test_a_file_that_does_not_fit_is_refused_and_kept(tmp_path, caplog):
         tensors = {name: handle.get_tensor(name) for name in handle.keys()
                    if not name.startswith(prepared_cache.PAD_PREFIX)}
     tensors.pop(sorted(tensors)[0])
+    metadata[CHECKSUM_KEY] = checksum(metadata, tensors)   # whole, as written by code that prepared otherwise
     write_aligned_safetensors(cache.path + ".new", tensors, metadata)
     os.replace(cache.path + ".new", cache.path)   # never in place: the loaded models map the old file
     written = os.path.getmtime(cache.path)
