@@ -33,7 +33,7 @@ OVERRIDES: Tuple[Override, ...] = (
     Override("SEQ2SEQ_ENGINE_INT8_BF16_ATTENTION", "1, 0", "1",
              "0: an int8 model's encoder self-attention computes in float32 even where bfloat16 is native"),
     Override("SEQ2SEQ_ENGINE_CACHE", "a directory", "~/.cache/seq2seq_engine",
-             "where converted models and built native kernels are kept"),
+             "where converted models, prepared weights and built native kernels are kept"),
     Override("SEQ2SEQ_ENGINE_LOGGING_LEVEL", "a logging level name", "INFO", "the engine's log level"),
     Override("SEQ2SEQ_ENGINE_MALLOC_TUNING", "1, 0", "1",
              "0: leave glibc malloc's trim and mmap thresholds as they are"),
