@@ -82,9 +82,11 @@ class VadTurn:
 def vad_turns(recording: Recording, chunk_s: float, detection: TurnDetection) -> List[VadTurn]:
     """The turns the server finds in the stream sent in `chunk_s` chunks: the same LiveSession turn logic and
     streaming Silero VAD, run offline; each turn's samples are exactly what the server's final decode reads."""
-    # the peer decodes each turn once the VAD ends it (no speculative decode: that is the server's own feature)
-    session = LiveSession(LiveOptions(language="en", turn_detection=detection, speculative_silence_ms=None),
-                          _SpanDecoder(), StreamingVad())
+    # the peer decodes each turn once the VAD ends it (no speculative decode: that is the server's own feature);
+    # nothing is decoded here, so every turn's decode is handed out at once (the most a session allows)
+    options = LiveOptions(language="en", turn_detection=detection, speculative_silence_ms=None,
+                          max_decodes_in_flight=64)
+    session = LiveSession(options, _SpanDecoder(), StreamingVad())
     turns, started = [], 0.0
     for k, chunk in enumerate(chunks_of(recording.samples, chunk_s)):
         for event in session.append(chunk):

@@ -82,8 +82,8 @@ def _bad_events():
         (transcription_update(language="fr"), "invalid_value", "session.audio.input.transcription.language"),
         ({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(24000 * 2 * 61)).decode()},
          "invalid_value", "audio"),  # one append of more than the 60 s a session holds
-        (transcription_update(prompt="word " * 1000), "string_above_max_length",
-         "session.audio.input.transcription.prompt"),  # 5,000 characters: over the 4,096 a prompt may have
+        (transcription_update(prompt="word " * 7000), "string_above_max_length",
+         "session.audio.input.transcription.prompt"),  # 35,000 characters: over the 32,768 a prompt may have
         (transcription_update(language="e" * 300), "string_above_max_length",
          "session.audio.input.transcription.language"),
     ]
