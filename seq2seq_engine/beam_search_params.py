@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from seq2seq_engine.errors import ParameterError, ParameterTypeError
 from seq2seq_engine.sampling_params import LOGITS_PROCESSOR_FIELDS, SamplingParams, _check_int, check_float
 
 # Scores divide by generated_len ** length_penalty in Python floats: beyond this, long hypotheses overflow or divide
@@ -56,13 +57,15 @@ class BeamSearchParams:
         _check_int("max_tokens", self.max_tokens, 1)
         check_float("temperature", self.temperature)
         if self.temperature != 0:
-            raise ValueError(f"temperature must be 0: beam search is deterministic, got {self.temperature}")
+            raise ParameterError(f"temperature must be 0: beam search is deterministic, got {self.temperature}",
+                                 "temperature")
         check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
         if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
-            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+            raise ParameterError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}",
+                                 "early_stopping")
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+                raise ParameterTypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}", name)
         # SamplingParams validates (and normalises: a str stop becomes a list, tuples lists) every shared field.
         sampling = self.to_sampling_params()
         for name in ("min_tokens", "stop_token_ids", "stop", "prompt_logits_hooks") + LOGITS_PROCESSOR_FIELDS:

@@ -17,6 +17,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Union
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.sampling_params import SamplingParams
 
 # generation_config.json keys that map one to one onto a SamplingParams field of another name or the same name.
@@ -137,5 +138,5 @@ def _check_overrides(overrides: Mapping[str, Any], params_type: type, mode: str)
     names = {field.name for field in dataclasses.fields(params_type)}
     unknown = sorted(key for key, value in overrides.items() if value is not None and key not in names)
     if unknown:
-        raise ValueError(f"{', '.join(unknown)} cannot be set for {mode} ({params_type.__name__}); "
-                         f"its fields are: {', '.join(sorted(names))}")
+        raise ParameterError(f"{', '.join(unknown)} cannot be set for {mode} ({params_type.__name__}); "
+                             f"its fields are: {', '.join(sorted(names))}", unknown[0])

@@ -6,6 +6,8 @@ import enum
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from seq2seq_engine.errors import ParameterError, ParameterTypeError
+
 _SAMPLING_EPS = 1e-5
 
 
@@ -27,11 +29,11 @@ def _bound_text(value: int) -> str:
 
 def _check_int(name: str, value, minimum: int, maximum: int = INT64_MAX) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise ParameterTypeError(f"{name} must be an int, got {type(value).__name__}", name)
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ParameterError(f"{name} must be >= {minimum}, got {value}", name)
     if value > maximum:
-        raise ValueError(f"{name} must be <= {_bound_text(maximum)}, got {value}")
+        raise ParameterError(f"{name} must be <= {_bound_text(maximum)}, got {value}", name)
 
 
 def is_finite_number(value) -> bool:
@@ -48,13 +50,14 @@ REPETITION_PENALTY_MIN = 1e-6
 def check_float(name: str, value, low: float = -math.inf, high: float = math.inf, low_open: bool = False) -> None:
     """A finite number (float32's range) in [low, high] (or (low, high] with low_open); errors name `name`."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        raise ParameterTypeError(f"{name} must be a number, got {type(value).__name__}", name)
     if not is_finite_number(value):
-        raise ValueError(f"{name} must be a finite number (at most {FLOAT32_MAX:.4g} in magnitude), got {value}")
+        raise ParameterError(f"{name} must be a finite number (at most {FLOAT32_MAX:.4g} in magnitude), got {value}",
+                             name)
     too_low = value <= low if low_open else value < low
     if too_low or value > high:
         bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be in {bracket}{float(low)}, {float(high)}], got {value}")
+        raise ParameterError(f"{name} must be in {bracket}{float(low)}, {float(high)}], got {value}", name)
 
 
 def _is_token_id(value) -> bool:
@@ -63,14 +66,15 @@ def _is_token_id(value) -> bool:
 
 def _check_token_ids(name: str, ids, allow_empty: bool = True) -> None:
     if not isinstance(ids, list) or any(not _is_token_id(t) for t in ids):
-        raise ValueError(f"{name} must be a list of non-negative int token ids (at most 2**63-1), got {ids!r}")
+        raise ParameterError(f"{name} must be a list of non-negative int token ids (at most 2**63-1), got {ids!r}",
+                             name)
     if not ids and not allow_empty:
-        raise ValueError(f"{name} must not be empty (leave it None to allow every token)")
+        raise ParameterError(f"{name} must not be empty (leave it None to allow every token)", name)
 
 
 def _check_token_sequences(name: str, sequences) -> None:
     if not isinstance(sequences, list) or any(not isinstance(s, list) or not s for s in sequences):
-        raise ValueError(f"{name} must be a list of non-empty lists of token ids, got {sequences!r}")
+        raise ParameterError(f"{name} must be a list of non-empty lists of token ids, got {sequences!r}", name)
     for sequence in sequences:
         _check_token_ids(name, sequence)
 
@@ -78,18 +82,21 @@ def _check_token_sequences(name: str, sequences) -> None:
 def _check_prompt_logits_hooks(hooks) -> None:
     if not isinstance(hooks, list) or any(
             not isinstance(h, tuple) or len(h) != 2 or not _is_token_id(h[0]) or not callable(h[1]) for h in hooks):
-        raise ValueError(f"prompt_logits_hooks must be a list of (position >= 0, fn(logits_row)) pairs, got {hooks!r}")
+        raise ParameterError(f"prompt_logits_hooks must be a list of (position >= 0, fn(logits_row)) pairs, got "
+                             f"{hooks!r}", "prompt_logits_hooks")
 
 
 def _check_logit_bias(logit_bias) -> None:
     if not isinstance(logit_bias, dict):
-        raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
+        raise ParameterTypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}",
+                                 "logit_bias")
     for token_id, bias in logit_bias.items():
         if not _is_token_id(token_id):
-            raise ValueError(f"logit_bias keys must be non-negative int token ids (at most 2**63-1), got {token_id!r}")
+            raise ParameterError(f"logit_bias keys must be non-negative int token ids (at most 2**63-1), got "
+                                 f"{token_id!r}", "logit_bias")
         if not is_finite_number(bias):
-            raise ValueError(f"logit_bias values must be finite numbers (at most {FLOAT32_MAX:.4g} in magnitude), got "
-                             f"{bias!r} for token {token_id}")
+            raise ParameterError(f"logit_bias values must be finite numbers (at most {FLOAT32_MAX:.4g} in magnitude), "
+                                 f"got {bias!r} for token {token_id}", "logit_bias")
 
 
 # The logits-processor fields (besides min_tokens), shared by BeamSearchParams: same names, defaults and validation.
@@ -167,7 +174,7 @@ class SamplingParams:
         check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_int("top_k", self.top_k, -1)
         if self.top_k == 0:
-            raise ValueError("top_k must be -1 (disabled) or at least 1, got 0")
+            raise ParameterError("top_k must be -1 (disabled) or at least 1, got 0", "top_k")
         check_float("min_p", self.min_p, 0.0, 1.0)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
@@ -178,33 +185,36 @@ class SamplingParams:
             _check_int("max_tokens", self.max_tokens, 1)
         _check_int("min_tokens", self.min_tokens, 0)
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
+            raise ParameterError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})",
+                                 "min_tokens")
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 0)
         if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError(f"stop must hold non-empty strings, got {self.stop!r}")
+            raise ParameterError(f"stop must hold non-empty strings, got {self.stop!r}", "stop")
         if any(not _is_token_id(t) for t in self.stop_token_ids):
-            raise ValueError(f"stop_token_ids must hold non-negative ints (at most 2**63-1), got "
-                             f"{self.stop_token_ids!r}")
+            raise ParameterError(f"stop_token_ids must hold non-negative ints (at most 2**63-1), got "
+                                 f"{self.stop_token_ids!r}", "stop_token_ids")
         if any(not callable(processor) for processor in self.logits_processors):
-            raise TypeError("logits_processors must hold callables fn(output_token_ids, logits) -> logits")
+            raise ParameterTypeError("logits_processors must hold callables fn(output_token_ids, logits) -> logits",
+                                     "logits_processors")
         if self.temperature < _SAMPLING_EPS and self.best_of > 1:
-            raise ValueError(f"best_of must be 1 for greedy sampling (temperature=0), got {self.best_of}")
+            raise ParameterError(f"best_of must be 1 for greedy sampling (temperature=0), got {self.best_of}",
+                                 "best_of")
 
     def _validate_processors(self) -> None:
         _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         if self.bad_words is not None and (not isinstance(self.bad_words, list)
                                            or any(not isinstance(w, str) or not w.strip() for w in self.bad_words)):
-            raise ValueError(f"bad_words must be a list of non-blank strings, got {self.bad_words!r}")
+            raise ParameterError(f"bad_words must be a list of non-blank strings, got {self.bad_words!r}", "bad_words")
         for name in ("bad_words_ids", "_bad_words_token_ids"):
             if getattr(self, name) is not None:
                 _check_token_sequences(name, getattr(self, name))
         for name in ("forced_bos_token_id", "forced_eos_token_id"):
             value = getattr(self, name)
             if value is not None and not _is_token_id(value):
-                raise ValueError(f"{name} must be a non-negative int token id or None (ids at most 2**63-1), "
-                                 f"got {value!r}")
+                raise ParameterError(f"{name} must be a non-negative int token id or None (ids at most 2**63-1), "
+                                     f"got {value!r}", name)
         for name in ("suppress_tokens", "begin_suppress_tokens"):
             if getattr(self, name) is not None:
                 _check_token_ids(name, getattr(self, name))
@@ -217,7 +227,8 @@ class SamplingParams:
             for name in ("forced_bos_token_id", "forced_eos_token_id"):
                 forced = getattr(self, name)
                 if forced is not None and forced not in self.allowed_token_ids:
-                    raise ValueError(f"{name}={forced} is not in allowed_token_ids, so it could never be forced")
+                    raise ParameterError(f"{name}={forced} is not in allowed_token_ids, so it could never be forced",
+                                         name)
 
     def verify_token_ids(self, vocab_size: int) -> None:
         """Every token id the request names must be < vocab_size (checked by the engine, which knows the model)."""
@@ -230,8 +241,8 @@ class SamplingParams:
         for name, ids in named:
             for token_id in ids or []:
                 if token_id is not None and token_id >= vocab_size:
-                    raise ValueError(f"{name} holds token id {token_id}, outside the model's vocabulary "
-                                     f"[0, vocab_size) = [0, {vocab_size})")
+                    raise ParameterError(f"{name} holds token id {token_id}, outside the model's vocabulary "
+                                         f"[0, vocab_size) = [0, {vocab_size})", name)
 
     @property
     def all_bad_words_ids(self) -> List[List[int]]:

@@ -8,14 +8,10 @@ class AudioError(ValueError):
     """Audio could not be loaded or is unusable (names the source and the problem)."""
 
 
-# In the message of every AudioTooLong, so a caller holding only the text (a result's error) can tell it apart.
-TOO_LONG = "the audio is longer than max_audio_seconds"
-
-
 class AudioTooLong(AudioError):
     """The audio lasts longer than the limit its reader was given (`max_audio_seconds`)."""
 
     def __init__(self, name: str, limit: float, declared: "float | None" = None) -> None:
         said = f": its container declares {declared:.1f} s" if declared is not None else ""
-        super().__init__(f"{name}: {TOO_LONG} ({limit:g} s){said}")
+        super().__init__(f"{name}: the audio is longer than max_audio_seconds ({limit:g} s){said}")
         self.limit = limit

@@ -7,6 +7,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from seq2seq_engine.errors import ParameterError, ParameterTypeError
+
 from .base import SAMPLE_RATE
 from .silero import BLOCK_FRAMES, FRAME_SAMPLES, load_silero_vad
 from .stream import iter_windows
@@ -60,11 +62,12 @@ class VadOptions:
         elif isinstance(parameters, VadOptions):
             parameters = dataclasses.asdict(parameters)
         elif not isinstance(parameters, dict):
-            raise TypeError(f"vad_parameters must be a dict or VadOptions, got {type(parameters).__name__}")
+            raise ParameterTypeError(f"vad_parameters must be a dict or VadOptions, got {type(parameters).__name__}",
+                                     "vad_parameters")
         fields = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(parameters) - fields)
         if unknown:
-            raise ValueError(f"unknown vad_parameters {unknown}; the fields are {sorted(fields)}")
+            raise ParameterError(f"unknown vad_parameters {unknown}; the fields are {sorted(fields)}", "vad_parameters")
         return cls(**{**parameters, **overrides})
 
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Union
 from seq2seq_engine.audio import encoder_window_samples, load_audio, log_mel_spectrogram
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.config import ModelConfig, SchedulerConfig
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.inputs.data import EncoderDecoderInputs
 from seq2seq_engine.inputs.preprocess import InputPreprocessor
@@ -68,29 +69,31 @@ class InputProcessor:
     def _check_beam_width(self, params: BeamSearchParams) -> None:
         max_beam_width = self.scheduler_config.max_beam_width
         if params.beam_width > max_beam_width:
-            raise ValueError(f"beam_width={params.beam_width} exceeds max_beam_width={max_beam_width} "
-                             f"(an engine argument, at most max_num_seqs={self.scheduler_config.max_num_seqs})")
+            raise ParameterError(f"beam_width={params.beam_width} exceeds max_beam_width={max_beam_width} "
+                                 f"(an engine argument, at most max_num_seqs={self.scheduler_config.max_num_seqs})",
+                                 "beam_width")
 
     def _check_supported(self, params: SamplingParams) -> None:
         """Options that this engine cannot honour fail loudly instead of being ignored."""
         if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True")
+            raise ParameterError("stop strings need a tokenizer; this engine runs with skip_tokenizer_init=True",
+                                 "stop")
         max_num_seqs = self.scheduler_config.max_num_seqs
         if params.best_of > max_num_seqs:
-            raise ValueError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
-                             f"sequences run in the same step")
+            raise ParameterError(f"best_of={params.best_of} exceeds max_num_seqs={max_num_seqs}: all of a request's "
+                                 f"sequences run in the same step", "best_of")
         max_logprobs = self.model_config.max_logprobs
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(params, name)
             if value is not None and value > max_logprobs:
-                raise ValueError(f"{name}={value} exceeds max_logprobs={max_logprobs} (an engine argument)")
+                raise ParameterError(f"{name}={value} exceeds max_logprobs={max_logprobs} (an engine argument)", name)
 
     def _with_processor_token_ids(self, params: SamplingParams) -> SamplingParams:
         """Tokenize `bad_words` (into a copy of the params) and check every token id against the vocabulary."""
         if params.bad_words:
             if self.tokenizer is None:
-                raise ValueError("bad_words need a tokenizer; this engine runs with skip_tokenizer_init=True "
-                                 "(pass token ids as bad_words_ids instead)")
+                raise ParameterError("bad_words need a tokenizer; this engine runs with skip_tokenizer_init=True "
+                                     "(pass token ids as bad_words_ids instead)", "bad_words")
             params = dataclasses.replace(
                 params, _bad_words_token_ids=tokenize_bad_words(params.bad_words, self.tokenizer))
         params.verify_token_ids(self.model_config.vocab_size)
@@ -99,8 +102,9 @@ class InputProcessor:
     @staticmethod
     def _check_prompt_hooks(params: SamplingParams, prompt_len: int) -> None:
         if any(position >= prompt_len for position, _ in params.prompt_logits_hooks or []):
-            raise ValueError(f"prompt_logits_hooks name positions {[p for p, _ in params.prompt_logits_hooks]}; the "
-                             f"decoder prompt has {prompt_len} tokens (positions 0 to {prompt_len - 1})")
+            raise ParameterError(f"prompt_logits_hooks name positions {[p for p, _ in params.prompt_logits_hooks]}; "
+                                 f"the decoder prompt has {prompt_len} tokens (positions 0 to {prompt_len - 1})",
+                                 "prompt_logits_hooks")
 
     def _audio_to_features(self, inputs: EncoderDecoderInputs) -> EncoderDecoderInputs:
         """Raw audio in an encoder prompt becomes Whisper log-mel features once, at admission."""

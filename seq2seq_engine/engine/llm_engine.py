@@ -18,6 +18,7 @@ from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.input_processor import InputProcessor
 from seq2seq_engine.engine.output_processor import OutputProcessor
+from seq2seq_engine.engine.port_methods import EnginePortMethods
 from seq2seq_engine.engine.step_isolation import execute_isolating_failures
 from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.generation_defaults import GenerationDefaults
@@ -43,8 +44,9 @@ logger = logging.getLogger(__name__)
 _GIB = 1 << 30
 
 
-class LLMEngine:
-    """One model, one device: requests in, RequestOutputs out, a step at a time."""
+class LLMEngine(EnginePortMethods):
+    """One model, one device: requests in, RequestOutputs out, a step at a time. It is the EnginePort
+    (engine_port.py) features hold: its facts and capabilities beyond the request loop are in port_methods.py."""
 
     def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer: Any,
                  gpu_memory_utilization: float = 0.9,

@@ -1,4 +1,4 @@
-"""Drive an LLMEngine over a stream of requests and yield the outputs in input order as soon as they are ready.
+"""Drive an EnginePort over a stream of requests and yield the outputs in input order as soon as they are ready.
 
 At most `max_in_flight` requests are queued in the engine at once, so an input file of any length runs in bounded
 memory; a request the engine refuses (bad prompt or parameters) yields a StreamError at its place instead of
@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.outputs import RequestOutput
 
 
@@ -23,7 +24,7 @@ class StreamError:
 StreamItem = Union[RequestOutput, StreamError]
 
 
-def stream_in_order(engine: Any, requests: Iterable[Tuple[Any, Any]], max_in_flight: int = 256,
+def stream_in_order(engine: EnginePort, requests: Iterable[Tuple[Any, Any]], max_in_flight: int = 256,
                     on_finished: Optional[Callable[[], None]] = None) -> Iterator[Tuple[int, StreamItem]]:
     """Yield (input index, RequestOutput or StreamError) in input order. `requests` yields (prompt, params).
 
@@ -61,7 +62,7 @@ def stream_in_order(engine: Any, requests: Iterable[Tuple[Any, Any]], max_in_fli
             engine.abort_request(list(in_flight))
 
 
-def _admit(engine: Any, prefix: str, item: Tuple[int, Tuple[Any, Any]], in_flight: Dict[str, int],
+def _admit(engine: EnginePort, prefix: str, item: Tuple[int, Tuple[Any, Any]], in_flight: Dict[str, int],
            ready: Dict[int, StreamItem], on_finished: Optional[Callable[[], None]]) -> None:
     index, (prompt, params) = item
     request_id = f"{prefix}{index}"

@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Any, BinaryIO, Dict, List, Optional, TextIO
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.live_input import END, INPUT_FORMATS, read_blocks
 from seq2seq_engine.transcription.live import Completed, LiveDecoder, LiveOptions, LiveSession
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
@@ -60,7 +61,7 @@ def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextI
 
     if source is None and sys.stdin is None:
         raise ValueError("stdin is closed: --live reads the audio from stdin ('-')")
-    engine = LLM(resolve_model_path(args.model), **engine_kwargs).llm_engine
+    engine: EnginePort = LLM(resolve_model_path(args.model), **engine_kwargs).llm_engine
     options = LiveOptions(language=args.language, prompt=getattr(args, "initial_prompt", None))
     session = LiveSession(options, LiveDecoder.for_engine(engine))
     blocks: "queue.Queue[Any]" = queue.Queue(maxsize=MAX_QUEUED_BLOCKS)
@@ -102,7 +103,7 @@ def _commit_rest(session: LiveSession) -> List[Any]:
         return []
 
 
-def run_requests(engine: Any, session: LiveSession, events: List[Any]) -> None:
+def run_requests(engine: EnginePort, session: LiveSession, events: List[Any]) -> None:
     """The in-process owner's turn: submit the queued decodes, run one engine step, hand back the finished ones
     (their events into `events`) and submit what they queued."""
     for request in session.take_requests():

@@ -29,7 +29,7 @@ class LLM:
         `tgt_lang` put where the family expects it (mBART/M2M100/NLLB: the decoder prompt after decoder_start;
         Marian: a `>>xx<<` token before the source); see seq2seq_engine.tokenization.languages."""
         from seq2seq_engine.tokenization.languages import translation_languages
-        model_type = getattr(self.llm_engine.model_config.hf_config, "model_type", None)
+        model_type = getattr(self.llm_engine.hf_config, "model_type", None)
         languages = translation_languages(self.get_tokenizer(), src_lang, tgt_lang, model_type)
         return list(languages.prompts(_as_prompt_list(prompts)))
 

@@ -127,7 +127,7 @@ def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dic
     from seq2seq_engine.entrypoints.llm import LLM
     llm = LLM(args.model, **engine_kwargs(args))
     overrides = overrides_from_args(args)
-    model_type = getattr(llm.llm_engine.model_config.hf_config, "model_type", None)
+    model_type = getattr(llm.llm_engine.hf_config, "model_type", None)
     requests = ((prompt, dict(overrides))
                 for prompt in translation_prompts(prompts, llm.get_tokenizer(), args, model_type))
     with tqdm(total=len(prompts), desc=f"{args.command}", unit="req", disable=args.quiet) as progress:

@@ -7,6 +7,7 @@ import argparse
 import functools
 from typing import Optional, Tuple
 
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
@@ -25,6 +26,7 @@ _VAD_FLAGS = [("--vad-threshold", "threshold", float, "speech probability thresh
 # (flag, SubtitleOptions field)
 _SUBTITLE_FLAGS = (("--max-line-width", "max_line_width"), ("--max-line-count", "max_line_count"),
                    ("--max-words-per-line", "max_words_per_line"), ("--highlight-words", "highlight_words"))
+_SUBTITLE_FLAG_OF = {field: flag for flag, field in _SUBTITLE_FLAGS}
 SUBTITLE_FORMATS = ("srt", "vtt")
 # (timestamps, word_timestamps) of --output-format srt|vtt when neither --[no-]timestamps nor --[no-]word-timestamps
 # is given (docs/decisions.md §74): word timings place cues on the speech and keep the txt/json transcript (1.5-2x
@@ -88,9 +90,11 @@ def subtitle_options(args: argparse.Namespace) -> SubtitleOptions:
     given = {field: getattr(args, field) for _, field in _SUBTITLE_FLAGS if getattr(args, field, None) is not None}
     try:
         return SubtitleOptions(**given)
-    except ValueError as error:
-        field, rest = str(error).replace(" or None", "").split(" ", 1)  # a flag left out is None
-        raise ValueError(f"{dict((name, flag) for flag, name in _SUBTITLE_FLAGS).get(field, field)} {rest}") from None
+    except ParameterError as error:
+        if error.param not in given or error.requirement is None:
+            raise
+        value = given[error.param]
+        raise ValueError(f"{_SUBTITLE_FLAG_OF[error.param]} must be {error.requirement}, got {value!r}") from None
 
 
 def timing_flags(args: argparse.Namespace, subtitles: SubtitleOptions) -> Tuple[bool, bool]:

@@ -22,6 +22,7 @@ import dataclasses
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.integrations.rows import (AUDIO_OUTPUT_COLUMNS, BYTES_LABEL, PROMPT_OUTPUT_COLUMNS, audio_options,
                                               audio_source, batch_to_rows, error_row, output_to_row,
                                               passthrough_columns, prompt_of_row, relabel, result_to_row, rows_to_batch,
@@ -52,8 +53,9 @@ class ReplicaConfig:
         if self.transcription is not None and not isinstance(self.transcription, TranscriptionOptions):
             raise TypeError(f"transcription must be a TranscriptionOptions, got {type(self.transcription).__name__}")
 
-    def build_engine(self) -> Any:
-        """The replica's LLMEngine (what LLM(model, **engine_kwargs) would hold)."""
+    def build_engine(self) -> EnginePort:
+        """The replica's LLMEngine (what LLM(model, **engine_kwargs) would hold); its actors use it as an
+        EnginePort."""
         from seq2seq_engine.engine.arg_utils import EngineArgs
         from seq2seq_engine.engine.llm_engine import LLMEngine
         return LLMEngine.from_engine_args(EngineArgs(model=self.model, **dict(self.engine_kwargs)))
@@ -112,7 +114,7 @@ class GenerateBatch:
         from seq2seq_engine.tokenization.languages import translation_languages
         self.engine = config.build_engine()
         self.sampling = dict(config.sampling)
-        model_type = getattr(self.engine.model_config.hf_config, "model_type", None)
+        model_type = getattr(self.engine.hf_config, "model_type", None)
         # checks the languages now, before any batch
         self.languages = translation_languages(self.engine.tokenizer, config.src_lang, config.tgt_lang, model_type)
 

@@ -6,6 +6,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from seq2seq_engine.engine_port import CrossKV
 from seq2seq_engine.transcription.prompts import _generation_config
 
 Head = Tuple[int, int]  # (decoder layer, head)
@@ -42,9 +43,6 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, c
 def _self_attention(module: Any, hidden: torch.Tensor, num_heads: int, causal: bool) -> torch.Tensor:
     q, k, v = module.qkv_proj(hidden).split(module.embed_dim, dim=-1)
     return module.out_proj(_attend(q, k, v, num_heads, causal)[0])
-
-
-CrossKV = List[Tuple[torch.Tensor, torch.Tensor]]  # per decoder layer: cross keys and values [S, d]
 
 
 def _encode(encoder: Any, features: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -98,8 +96,8 @@ def alignment_pass(model: Any, features: Optional[torch.Tensor], token_ids: Sequ
                    logit_rows: Optional[slice] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
     [n_mels, frames], read only when `cross_kv` is None; token_ids: the decoder input (prompt + generated tokens);
-    cross_kv: the window's cross K/V per decoder layer (cached_cross_kv.py reads them from the engine's encoder
-    cache), else encoder_cross_kv computes them from the features.
+    cross_kv: the window's cross K/V per decoder layer (EnginePort.cached_cross_kv reads them from the engine's
+    encoder cache), else encoder_cross_kv computes them from the features.
 
     The engine's decode kernel returns no attention weights, so word timing runs the window's tokens once more,
     as openai-whisper's ``find_alignment`` does: decoder over the tokens with a causal mask, no KV cache. The

@@ -8,6 +8,8 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import torch
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
+from seq2seq_engine.engine_port import EnginePort
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.fallback import Attempt, Thresholds, average_logprob, best_sample, compression_ratio
 from seq2seq_engine.transcription.options import TranscriptionOptions, with_default_beam
@@ -67,15 +69,16 @@ def suppress_ids(requested: Sequence[int], tokens: WhisperTokens) -> Tuple[int, 
                         tokens.no_speech) if t is not None]
     outside = [t for t in ids if t >= tokens.vocab_size]
     if outside:
-        raise ValueError(f"suppress_tokens must be ids below the vocabulary size {tokens.vocab_size}, got {outside}")
+        raise ParameterError(f"suppress_tokens must be ids below the vocabulary size {tokens.vocab_size}, got "
+                             f"{outside}", "suppress_tokens")
     return tuple(sorted(set(ids)))
 
 
 class DecodePlan:
     """The per-call decoding facts; builds each window's prompt and each attempt's engine parameters."""
 
-    def __init__(self, engine: Any, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
-        options = with_default_beam(options, engine.scheduler_config.max_beam_width)   # the width decided here
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
+        options = with_default_beam(options, engine.max_beam_width)   # the width decided here
         self.tokens, self.options = tokens, options
         self.limits = Thresholds(options.compression_ratio_threshold, options.log_prob_threshold,
                                  options.no_speech_threshold)
@@ -156,12 +159,12 @@ class DecodePlan:
         return token_ids[:-1] if token_ids and token_ids[-1] == self.tokens.eot else token_ids
 
 
-def _check_engine_limits(engine: Any, options: TranscriptionOptions) -> None:
-    max_beam_width = engine.scheduler_config.max_beam_width
+def _check_engine_limits(engine: EnginePort, options: TranscriptionOptions) -> None:
+    max_beam_width = engine.max_beam_width
     if options.beam_width > max_beam_width:
-        raise ValueError(f"beam_width must be at most the engine's max_beam_width ({max_beam_width}), "
-                         f"got {options.beam_width}")
-    max_num_seqs = engine.scheduler_config.max_num_seqs
+        raise ParameterError(f"beam_width must be at most the engine's max_beam_width ({max_beam_width}), "
+                             f"got {options.beam_width}", "beam_width")
+    max_num_seqs = engine.max_num_seqs
     if any(t > 0 for t in options.temperatures) and options.best_of > max_num_seqs:
-        raise ValueError(f"best_of must be at most the engine's max_num_seqs ({max_num_seqs}) when a temperature "
-                         f"is above 0, got {options.best_of}")
+        raise ParameterError(f"best_of must be at most the engine's max_num_seqs ({max_num_seqs}) when a "
+                             f"temperature is above 0, got {options.best_of}", "best_of")

@@ -6,6 +6,7 @@ import uuid
 from typing import Any, Dict, List, Optional
 
 from seq2seq_engine.audio import AudioError
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.input_source import InputFailed, InputState
 from seq2seq_engine.transcription.window_decoder import WindowRequest
 
@@ -16,7 +17,7 @@ class RequestsInFlight:
     """The WindowRequests the engine runs, by request id (unique to the job: a prefix and a count), at most `limit`
     at once; each input keeps the ids of its own. Its length is the number in flight."""
 
-    def __init__(self, engine: Any, limit: int) -> None:
+    def __init__(self, engine: EnginePort, limit: int) -> None:
         self.engine, self.limit = engine, limit
         self.requests: Dict[str, WindowRequest] = {}
         self._ids = itertools.count()

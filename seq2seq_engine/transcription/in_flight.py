@@ -9,35 +9,23 @@ small.
 """
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from seq2seq_engine.worker.cache_engine import cache_block_bytes
+from seq2seq_engine.engine_port import EnginePort
 
 KV_BUDGET_BYTES = 256 << 20
 WEIGHTS_FACTOR = 2  # the KV in flight may take up to twice the model's weights
 MIN_WINDOWS, MAX_WINDOWS = 2, 16
+PROMPT_TOKENS = 4  # a window's decoder prompt: <|startoftranscript|>, language, task, <|notimestamps|>
 
 
-def window_kv_bytes(engine: Any, max_new_tokens: int, beam_width: int) -> int:
+def window_kv_bytes(engine: EnginePort, max_new_tokens: int, beam_width: int) -> int:
     """KV cache bytes of one window decoded to its longest: the encoder span's cross blocks, once per request, and
-    the prompt plus `max_new_tokens` in self blocks for each of `beam_width` beams."""
-    block_size = engine.cache_config.block_size
-    num_layers, num_kv_heads, head_size = engine.model_runner.model.kv_cache_spec()
-    block_bytes = cache_block_bytes(num_layers, num_kv_heads, head_size, block_size, engine.kv_cache_dtype)
-    cross_blocks = math.ceil(engine.model_config.max_encoder_len / block_size)
-    self_blocks = beam_width * math.ceil(min(engine.model_config.max_model_len, max_new_tokens + 4) / block_size)
-    return (cross_blocks + self_blocks) * block_bytes
+    the prompt (PROMPT_TOKENS) plus `max_new_tokens` in self blocks for each of `beam_width` beams."""
+    return engine.request_kv_bytes(PROMPT_TOKENS + max_new_tokens, beam_width)
 
 
-def model_bytes(model: Any) -> int:
-    tensors = list(model.parameters()) + list(model.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def default_windows_in_flight(engine: Any, max_new_tokens: int, beam_width: int) -> int:
+def default_windows_in_flight(engine: EnginePort, max_new_tokens: int, beam_width: int) -> int:
     """Windows in flight when the caller did not say: the budget over one window's KV bytes, in [2, 16], and never
     more than the engine's max_num_seqs."""
-    budget = max(KV_BUDGET_BYTES, WEIGHTS_FACTOR * model_bytes(engine.model_runner.model))
+    budget = max(KV_BUDGET_BYTES, WEIGHTS_FACTOR * engine.weight_bytes())
     fitting = budget // window_kv_bytes(engine, max_new_tokens, beam_width)
-    return max(1, min(max(MIN_WINDOWS, fitting), MAX_WINDOWS, engine.scheduler_config.max_num_seqs))
+    return max(1, min(max(MIN_WINDOWS, fitting), MAX_WINDOWS, engine.max_num_seqs))

@@ -10,9 +10,11 @@ import numpy as np
 import torch
 
 from seq2seq_engine.audio import SAMPLE_RATE, AudioError, is_silent
+from seq2seq_engine.audio.base import AudioTooLong
 from seq2seq_engine.audio.stream import samples_hint as file_samples_hint
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.transcription.progress import audio_progress
+from seq2seq_engine.transcription.results import FailureKind
 from seq2seq_engine.transcription.segments import WindowTokens
 from seq2seq_engine.transcription.window_source import WindowReader
 from seq2seq_engine.transcription.windows import Window
@@ -33,6 +35,7 @@ class InputState:
     window_tokens: Dict[int, WindowTokens] = dataclasses.field(default_factory=dict)  # of the final windows
     request_ids: set = dataclasses.field(default_factory=set)  # its requests in the engine
     error: Optional[str] = None
+    failure: Optional[FailureKind] = None  # the kind of `error`
     finished: bool = False
     # Sequential mode: the initial prompt and the kept windows' tokens; the prompt conditions on context[start:].
     context: List[int] = dataclasses.field(default_factory=list)
@@ -48,11 +51,12 @@ class InputState:
 
 
 class InputFailed(Exception):
-    """The input cannot be transcribed (its audio, or a request the engine refused); the call's others go on."""
+    """The input cannot be transcribed (its audio, or a request the engine refused: `kind`); the call's others go
+    on."""
 
-    def __init__(self, state: InputState, message: str) -> None:
+    def __init__(self, state: InputState, message: str, kind: FailureKind = FailureKind.ENGINE) -> None:
         super().__init__(message)
-        self.state = state
+        self.state, self.kind = state, kind
 
 
 class InputSource:
@@ -87,7 +91,8 @@ class InputSource:
         try:
             window = self._next_window(state)
         except (AudioError, ValueError, TypeError) as error:
-            raise InputFailed(state, str(error)) from error
+            kind = FailureKind.AUDIO_TOO_LONG if isinstance(error, AudioTooLong) else FailureKind.AUDIO
+            raise InputFailed(state, str(error), kind) from error
         total_change, skipped = self._account(state)
         self.progress.add_total(total_change)
         self.progress.update(skipped)  # audio outside the clips, or not speech, is done

@@ -5,9 +5,10 @@ import logging
 from typing import Any, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.audio import encoder_window_samples
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.engine_requests import RequestsInFlight
 from seq2seq_engine.transcription.in_flight import default_windows_in_flight
-from seq2seq_engine.transcription.input_source import InputFailed, InputSource, InputState
+from seq2seq_engine.transcription.input_source import InputFailed, InputSource
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
 from seq2seq_engine.transcription.request_queue import RequestQueue
@@ -30,13 +31,13 @@ class TranscriptionJob:
     engine) and `assembler` (ResultAssembler: the results). An input that fails (InputFailed) is failed across them.
     """
 
-    def __init__(self, engine: Any, sources: Sequence[Any], options: TranscriptionOptions,
+    def __init__(self, engine: EnginePort, sources: Sequence[Any], options: TranscriptionOptions,
                  stream: bool = False) -> None:
         self.engine = engine
         tokens = whisper_tokens_for(engine)
         language = _call_language(tokens, options)
         self.decoder = WindowDecoder(engine, tokens, options)
-        window_samples = encoder_window_samples(engine.model_config.max_encoder_len)
+        window_samples = encoder_window_samples(engine.max_encoder_len)
         vad = window_vad_options(options.vad_filter, options.vad_parameters, window_samples)
         limit = options.max_in_flight or default_windows_in_flight(
             engine, tokens.max_new_tokens(0, options.max_new_tokens), self.decoder.plan.options.beam_width)
@@ -60,7 +61,7 @@ class TranscriptionJob:
                 if not request.input_state.finished:
                     self.in_flight.add(request)
             except InputFailed as failure:
-                self._fail(failure.state, str(failure))
+                self._fail(failure)
 
     def on_output(self, output: Any) -> None:
         request = self.in_flight.pop_finished(output)
@@ -74,7 +75,7 @@ class TranscriptionJob:
                 raise InputFailed(request.input_state, f"the engine failed on a window: {output.error}")
             request.on_done(output)
         except InputFailed as failure:
-            self._fail(failure.state, str(failure))
+            self._fail(failure)
 
     def take_finished(self) -> List[Tuple[int, TranscriptionResult]]:
         """(input index, result) of each input finished since the last call; its windows are dropped then."""
@@ -95,14 +96,15 @@ class TranscriptionJob:
     def close(self) -> None:
         self.source.close()
 
-    def _fail(self, state: InputState, message: str) -> None:
-        """The input gets `message` as its error; its requests are aborted and its audio dropped."""
+    def _fail(self, failure: InputFailed) -> None:
+        """The failed input gets the failure as its error; its requests are aborted and its audio dropped."""
+        state, message = failure.state, str(failure)
         if state.finished:
             return
         self.in_flight.abort_input(state)
         self.source.drop_input(state)
         self.queue.forget(state)
-        self.assembler.fail(state, message)
+        self.assembler.fail(state, message, failure.kind)
         logger.debug("transcription of %s failed: %s", state.name, message)
 
 

@@ -6,6 +6,7 @@ import math
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from seq2seq_engine.audio.vad import VadOptions
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.transcription.prompts import TASKS
 
 # openai-whisper's and faster-whisper's default fallback temperatures.
@@ -22,7 +23,7 @@ def _integer(value: Any) -> bool:
 
 
 def _fail(name: str, limit: str, value: Any) -> None:
-    raise ValueError(f"{name} must be {limit}, got {value!r}")
+    raise ParameterError(f"{name} must be {limit}, got {value!r}", name, limit)
 
 
 def _floats(name: str, value: Any) -> Tuple[float, ...]:

@@ -20,6 +20,9 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from seq2seq_engine.engine_port import EnginePort
+from seq2seq_engine.errors import ParameterError
+
 SOT, EOT, NO_TIMESTAMPS = "<|startoftranscript|>", "<|endoftext|>", "<|notimestamps|>"
 TRANSCRIBE, TRANSLATE, START_OF_PREV = "<|transcribe|>", "<|translate|>", "<|startofprev|>"
 START_OF_LM, NO_SPEECH, NO_CAPTIONS = "<|startoflm|>", "<|nospeech|>", "<|nocaptions|>"  # older vocabularies
@@ -116,7 +119,8 @@ class WhisperTokens:
     def language_code(self, language: str) -> str:
         """Normalise "en", "English", "<|en|>" (any case) to the code "en"; ValueError for unknown languages."""
         if not isinstance(language, str) or not language.strip():
-            raise ValueError(f"language must be a non-empty string such as 'en' or 'english', got {language!r}")
+            raise ParameterError(f"language must be a non-empty string such as 'en' or 'english', got {language!r}",
+                                 "language")
         text = language.strip().lower()
         if text.startswith("<|") and text.endswith("|>"):
             text = text[2:-2]
@@ -125,10 +129,11 @@ class WhisperTokens:
         if not self.is_multilingual:
             if code == "en":
                 return "en"
-            raise ValueError(f"this model is English-only; language {language!r} is not supported (use None or 'en')")
+            raise ParameterError(f"this model is English-only; language {language!r} is not supported (use None or "
+                                 f"'en')", "language")
         if code is None or code not in self.language_ids:
             known = ", ".join(sorted(self.language_ids))
-            raise ValueError(f"unsupported language {language!r}; this model knows: {known}")
+            raise ParameterError(f"unsupported language {language!r}; this model knows: {known}", "language")
         return code
 
     # ------------------------------------------------------------------ prompts
@@ -143,11 +148,12 @@ class WhisperTokens:
         window's transcript starts with, after the task tokens (after `<|0.00|>` with timestamps, as faster-whisper).
         """
         if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+            raise ParameterError(f"task must be one of {TASKS}, got {task!r}", "task")
         tokens = [self.sot]
         if self.is_multilingual:
             if language is None:
-                raise ValueError("a multilingual model needs a language for its prompt (detect it first)")
+                raise ParameterError("a multilingual model needs a language for its prompt (detect it first)",
+                                     "language")
             tokens.append(self.language_ids[self.language_code(language)])
             task_id = self.transcribe if task == "transcribe" else self.translate
             if task_id is None:
@@ -155,7 +161,8 @@ class WhisperTokens:
             tokens.append(task_id)
         else:
             if task != "transcribe":
-                raise ValueError(f"this model is English-only: task {task!r} is not supported (use 'transcribe')")
+                raise ParameterError(f"this model is English-only: task {task!r} is not supported (use 'transcribe')",
+                                     "task")
             if language is not None:
                 self.language_code(language)  # validates: only English
         if not timestamps:
@@ -177,7 +184,7 @@ class WhisperTokens:
         """New tokens for a window: `requested` (default DEFAULT_MAX_NEW_TOKENS) capped to the decoder context."""
         wanted = DEFAULT_MAX_NEW_TOKENS if requested is None else int(requested)
         if wanted < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {requested}")
+            raise ParameterError(f"max_new_tokens must be >= 1, got {requested}", "max_new_tokens")
         room = self.max_target_positions - prompt_length
         if room < 1:
             raise ValueError(f"the decoder prompt ({prompt_length} tokens) fills the decoder context "
@@ -191,14 +198,12 @@ class WhisperTokens:
         return token_id >= self.timestamp_begin
 
 
-def whisper_tokens_for(engine: Any) -> WhisperTokens:
+def whisper_tokens_for(engine: EnginePort) -> WhisperTokens:
     """The WhisperTokens of the engine's model (read once per transcribe call; no module-level cache)."""
-    model_config = engine.model_config
-    hf_config = model_config.hf_config
-    if getattr(hf_config, "num_mel_bins", None) is None:
-        raise ValueError(f"model {model_config.model!r} takes no audio (its config has no num_mel_bins): "
+    if engine.num_mel_bins is None:
+        raise ValueError(f"model {engine.model_path!r} takes no audio (its config has no num_mel_bins): "
                          f"transcription needs a Whisper model")
-    return WhisperTokens.from_model(engine.tokenizer, hf_config, model_config.model)
+    return WhisperTokens.from_model(engine.tokenizer, engine.hf_config, engine.model_path)
 
 
 def _special_vocab(tokenizer: Any) -> Dict[str, int]:

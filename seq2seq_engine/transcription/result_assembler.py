@@ -5,7 +5,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 from seq2seq_engine.transcription.input_source import InputState
 from seq2seq_engine.transcription.prompts import WhisperTokens
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult
+from seq2seq_engine.transcription.results import FailureKind, Segment, TranscriptionResult
 from seq2seq_engine.transcription.segments import pieces_and_segments, stitch
 
 
@@ -26,9 +26,9 @@ class ResultAssembler:
             state.finished = True
             self.newly_finished.append(state)
 
-    def fail(self, state: InputState, message: str) -> None:
-        """The input is finished with `message` as its error."""
-        state.error = message
+    def fail(self, state: InputState, message: str, kind: FailureKind) -> None:
+        """The input is finished with `message` as its error, of `kind`."""
+        state.error, state.failure = message, kind
         state.finished = True
         self.newly_finished.append(state)
 
@@ -67,7 +67,7 @@ class ResultAssembler:
     def result(self, state: InputState) -> TranscriptionResult:
         if state.error is not None:
             return TranscriptionResult("", state.language, [], state.error, state.duration,
-                                       state.language_probability, state.name)
+                                       state.language_probability, state.name, state.failure)
         windows = [state.window_tokens[k] for k in sorted(state.window_tokens)]
         text, segments = stitch(windows, self.tokens, self.decode_text, self.timestamps)
         return TranscriptionResult(text, state.language, segments, None, state.duration, state.language_probability,

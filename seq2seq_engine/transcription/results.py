@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from typing import Any, Dict, List, Optional, Union
 
@@ -9,6 +10,14 @@ from seq2seq_engine.transcription.cue_timing import to_milliseconds
 from seq2seq_engine.transcription.subtitles import Cue, SubtitleOptions, subtitle_cues, subtitle_options
 
 OUTPUT_FORMATS = ("txt", "json", "srt", "vtt")
+
+
+class FailureKind(enum.Enum):
+    """Why an input has no transcript (TranscriptionResult.failure): what a caller branches on, `error` says it."""
+
+    AUDIO = "audio"                    # its audio cannot be read or used
+    AUDIO_TOO_LONG = "audio_too_long"  # its audio lasts longer than max_audio_seconds (decoded no further)
+    ENGINE = "engine"                  # the engine refused, ignored or failed one of its requests
 
 
 @dataclasses.dataclass
@@ -60,7 +69,7 @@ class TranscriptionResult:
     when none was given); segments: with timestamps on, one per timestamp pair, else one per 30 s window that
     has text; error: why this input failed (then text is "" and segments empty), else None; duration: seconds
     of audio (0.0 when the input could not be read); language_probability: of the detected language (None when
-    the language was given or the model is English-only).
+    the language was given or the model is English-only); failure: the kind of failure when `error` is set.
     """
 
     text: str
@@ -70,6 +79,7 @@ class TranscriptionResult:
     duration: float
     language_probability: Optional[float] = None
     source: Optional[str] = None
+    failure: Optional[FailureKind] = None
 
     @property
     def ok(self) -> bool:

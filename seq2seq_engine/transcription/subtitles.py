@@ -7,6 +7,7 @@ import re
 import unicodedata
 from typing import Any, List, Optional, Sequence, Tuple
 
+from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.transcription.cue_timing import Cue, shown_times
 
 # A cue never lasts longer, and never runs across a silence longer than PAUSE_SECONDS between two word units.
@@ -44,7 +45,8 @@ class SubtitleOptions:
         _check_count("max_line_count", self.max_line_count)
         _check_count("max_words_per_line", self.max_words_per_line)
         if not isinstance(self.highlight_words, bool):
-            raise ValueError(f"highlight_words must be True or False, got {self.highlight_words!r}")
+            raise ParameterError(f"highlight_words must be True or False, got {self.highlight_words!r}",
+                                 "highlight_words")
         _check_seconds("max_cue_seconds", self.max_cue_seconds, "> 0", lambda value: value > 0)
         _check_seconds("pause_seconds", self.pause_seconds, ">= 0", lambda value: value >= 0)
 
@@ -63,12 +65,13 @@ def _check_count(name: str, value: Any, optional: bool = True) -> None:
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1{' or None' if optional else ''}, got {value!r}")
+        raise ParameterError(f"{name} must be an int >= 1{' or None' if optional else ''}, got {value!r}", name,
+                             "an int >= 1")  # the requirement on a value given (None gives none)
 
 
 def _check_seconds(name: str, value: Any, limit: str, holds: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not holds(value):
-        raise ValueError(f"{name} must be a finite number of seconds {limit}, got {value!r}")
+        raise ParameterError(f"{name} must be a finite number of seconds {limit}, got {value!r}", name)
 
 
 def subtitle_options(subtitles: Any = None, **fields: Any) -> SubtitleOptions:

@@ -7,6 +7,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import torch
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt, attempt_seed
 from seq2seq_engine.transcription.fallback import Attempt, Verdict, verdict
@@ -41,7 +42,7 @@ class WindowDecoder:
     With timestamps, a packed window (VAD) with a segment over a splice has its words timed too, shown or not: the
     segment is split there by them (segments.py)."""
 
-    def __init__(self, engine: Any, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens, options: TranscriptionOptions) -> None:
         self.engine, self.tokens, self.options = engine, tokens, options
         self.plan = DecodePlan(engine, tokens, options)
         self.initial_tokens: List[int] = self.plan.initial_tokens

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, log_mel_spectrogram
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.vad_windows import TimeMap
 
 _NO_SAMPLES = np.zeros(0, np.float32)
@@ -43,10 +44,9 @@ class Window:
         self.samples, self.features = _NO_SAMPLES, None
 
 
-def features_for(engine: Any, samples: np.ndarray) -> torch.Tensor:
+def features_for(engine: EnginePort, samples: np.ndarray) -> torch.Tensor:
     """Log-mel features [n_mels, frames] of one window (padded/trimmed to the window), as the engine would make,
     computed on the engine's device (a window's STFT and mel product take 6–9 ms on two CPU cores, a GPU far less;
     the transcription keeps a bounded number of windows in flight, so the device holds a bounded number)."""
-    n_mels = engine.model_config.hf_config.num_mel_bins
-    return log_mel_spectrogram(samples, n_mels=n_mels, device=getattr(engine, "device", "cpu"),
-                               n_samples=encoder_window_samples(engine.model_config.max_encoder_len))
+    return log_mel_spectrogram(samples, n_mels=engine.num_mel_bins, device=engine.device,
+                               n_samples=encoder_window_samples(engine.max_encoder_len))

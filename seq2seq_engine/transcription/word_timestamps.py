@@ -6,8 +6,8 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 import torch
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.alignment import CrossKV, alignment_heads, alignment_pass, encoder_cross_kv
-from seq2seq_engine.transcription.cached_cross_kv import cached_cross_kv
 from seq2seq_engine.transcription.prompts import WhisperTokens
 from seq2seq_engine.transcription.segments import split_segments
 from seq2seq_engine.transcription.timing import FRAME_SECONDS, alignment_matrix, scores_to_weights, token_start_frames
@@ -32,21 +32,20 @@ class WordAligner:
     and `num_encoder_runs` counts it. Call it between engine steps, in the thread that steps the engine.
     """
 
-    def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens) -> None:
         self.engine = engine
-        self.model = engine.model_runner.model
+        self.model = engine.alignment_model()
         self.tokenizer = engine.tokenizer
         self.tokens = tokens
-        config = engine.model_config
-        self.heads = alignment_heads(config.hf_config, config.model)
-        self.max_positions = config.hf_config.max_target_positions
+        self.heads = alignment_heads(engine.hf_config, engine.model_path)
+        self.max_positions = engine.hf_config.max_target_positions
         self.num_encoder_runs = 0    # windows whose cross K/V the plain-torch encoder computed (no cached entry)
         self.num_cache_hits = 0      # windows aligned over the engine's cached cross K/V
 
     def cross_kv(self, features: torch.Tensor) -> CrossKV:
         """The window's cross K/V: the engine's cached ones when its entry is still there, else computed."""
         dtype = self.model.model.decoder.embed_tokens.weight.dtype
-        cached = cached_cross_kv(self.engine, features, dtype)
+        cached = self.engine.cached_cross_kv(features, dtype)
         if cached is not None:
             self.num_cache_hits += 1
             return cached

@@ -9,7 +9,6 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription.cached_cross_kv import cached_cross_kv
 from seq2seq_engine.transcription.windows import features_for
 from seq2seq_engine.transcription.word_timestamps import WordAligner
 
@@ -52,7 +51,7 @@ def test_cached_cross_kv_are_hf_cross_projections(tiny_llm, tiny_dir):
     samples = _clip(CLIPS[0])
     tiny_llm.transcribe(samples, use_tqdm=False)
     features = features_for(engine, samples)  # what the window's requests carried
-    cross_kv = cached_cross_kv(engine, features, torch.float32)
+    cross_kv = engine.cached_cross_kv(features, torch.float32)
     assert cross_kv is not None
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
@@ -62,7 +61,7 @@ def test_cached_cross_kv_are_hf_cross_projections(tiny_llm, tiny_dir):
             assert (keys - layer.encoder_attn.k_proj(encoded)).abs().max().item() < 2e-3
             assert (values - layer.encoder_attn.v_proj(encoded)).abs().max().item() < 2e-3
     assert len(cross_kv) == hf.config.decoder_layers
-    assert cached_cross_kv(engine, features + 0.5, torch.float32) is None
+    assert engine.cached_cross_kv(features + 0.5, torch.float32) is None
 
 
 def test_word_times_from_cached_kv_match_the_encoder_path(tiny_llm, tiny_without_cache, aligners):

@@ -190,8 +190,7 @@ class _Tokenizer:
 
 
 def _plan(**overrides):
-    config = argparse.Namespace(max_beam_width=16, max_num_seqs=64)
-    engine = argparse.Namespace(tokenizer=_Tokenizer(), scheduler_config=config)
+    engine = argparse.Namespace(tokenizer=_Tokenizer(), max_beam_width=16, max_num_seqs=64)
     return DecodePlan(engine, EN_FULL, resolve_options(None, overrides))
 
 
@@ -253,8 +252,7 @@ def test_attempt_parameters_per_temperature():
     _plan(best_of=65, temperature=0.0)  # no sampled attempt: best_of is unused
     with pytest.raises(ValueError, match="beam_width must be at most the engine's max_beam_width"):
         _plan(beam_width=17)
-    small_config = argparse.Namespace(max_beam_width=3, max_num_seqs=3)
-    few = argparse.Namespace(tokenizer=_Tokenizer(), scheduler_config=small_config)
+    few = argparse.Namespace(tokenizer=_Tokenizer(), max_beam_width=3, max_num_seqs=3)
     capped = DecodePlan(few, EN_FULL, TranscriptionOptions(best_of=3))   # the default fits a small engine
     assert capped.options.beam_width == 3 and capped.params(prompt, 0.0, seed=1)[0].beam_width == 3
     with pytest.raises(ValueError, match="beam_width must be at most the engine's max_beam_width"):

@@ -174,9 +174,8 @@ def test_window_features_are_computed_on_the_engine_device():
     from seq2seq_engine.transcription.windows import features_for
 
     samples = np.random.default_rng(0).standard_normal(16000 * 7).astype(np.float32) * 0.1
-    config = SimpleNamespace(hf_config=SimpleNamespace(num_mel_bins=128), max_encoder_len=1500)
-    on_gpu = features_for(SimpleNamespace(model_config=config, device=torch.device("cuda")), samples)
-    on_cpu = features_for(SimpleNamespace(model_config=config, device=torch.device("cpu")), samples)
+    on_gpu = features_for(SimpleNamespace(num_mel_bins=128, max_encoder_len=1500, device=torch.device("cuda")), samples)
+    on_cpu = features_for(SimpleNamespace(num_mel_bins=128, max_encoder_len=1500, device=torch.device("cpu")), samples)
     assert on_gpu.is_cuda and on_gpu.shape == on_cpu.shape == (128, 3000)
     assert torch.allclose(on_gpu.cpu(), on_cpu, atol=1e-4)
     moved = pack_to_device({"features": on_gpu, "ids": torch.arange(3)}, torch.device("cuda"))

@@ -10,9 +10,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from seq2seq_engine.audio.base import TOO_LONG
 from seq2seq_engine.audio.stream import declared_seconds
-from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, bounded_form, parse_audio_form
+from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, bounded_form, options_param, parse_audio_form
 from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
@@ -20,7 +19,7 @@ from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.results import TranscriptionResult, render
+from seq2seq_engine.transcription.results import FailureKind, TranscriptionResult, render
 
 
 async def create_transcription(request: Request, models: ServedModels, task: str):
@@ -43,7 +42,7 @@ async def create_transcription(request: Request, models: ServedModels, task: str
         options = dataclasses.replace(audio.options, max_audio_seconds=limit if math.isfinite(limit) else None)
         job = TranscriptionJob(state.engine, [audio.data], options, stream=audio.stream)
     except (ValueError, TypeError) as error:
-        raise APIError(str(error)) from None
+        raise APIError(str(error), param=options_param(error)) from None
     headers = {"X-Request-Id": request.headers["x-request-id"]} if "x-request-id" in request.headers else None
     if audio.stream:
         return await _stream(state, job, request, audio, headers)
@@ -60,12 +59,12 @@ async def create_transcription(request: Request, models: ServedModels, task: str
 
 def _check_engine_bounds(options: TranscriptionOptions, state: ServerState) -> None:
     """The engine's bounds on a window's sequences (TranscriptionJob applies the same), as 400s naming the field."""
-    scheduler = state.engine.scheduler_config
-    if options.beam_width is not None and options.beam_width > scheduler.max_beam_width:
+    engine = state.engine
+    if options.beam_width is not None and options.beam_width > engine.max_beam_width:
         raise APIError(f"beam_width is {options.beam_width}, more than this engine's max_beam_width of "
-                       f"{scheduler.max_beam_width}", param="beam_width")
-    if any(t > 0 for t in options.temperatures) and options.best_of > scheduler.max_num_seqs:
-        raise APIError(f"best_of is {options.best_of}, more than this engine's max_num_seqs of {scheduler.max_num_seqs}"
+                       f"{engine.max_beam_width}", param="beam_width")
+    if any(t > 0 for t in options.temperatures) and options.best_of > engine.max_num_seqs:
+        raise APIError(f"best_of is {options.best_of}, more than this engine's max_num_seqs of {engine.max_num_seqs}"
                        f" (--max-num-seqs): all of a window's samples run in one step", param="best_of")
 
 
@@ -76,7 +75,7 @@ def _too_long(audio: AudioRequest, limit: float) -> APIError:
 
 def _check_decoded(result: TranscriptionResult, audio: AudioRequest, limit: float) -> None:
     """A 413 for audio longer than the server's limit (the decoder stopped there), a 400 for audio it cannot read."""
-    if result.error is not None and TOO_LONG in result.error:
+    if result.failure is FailureKind.AUDIO_TOO_LONG:
         raise _too_long(audio, limit)
     if result.error is not None:
         raise APIError(f"{audio.filename}: {result.error.replace('<bytes>: ', '')}", param="file",

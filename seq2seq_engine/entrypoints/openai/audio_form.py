@@ -20,6 +20,7 @@ from seq2seq_engine.entrypoints.openai.limits import (MAX_AUDIO_PROMPT_CHARS, MA
                                                       MAX_MODEL_CHARS, MAX_PART_HEADER_LINE_BYTES, MAX_PART_HEADERS,
                                                       MAX_TEMPERATURES, MAX_TIMESTAMP_GRANULARITIES,
                                                       MAX_VAD_PARAMETERS_CHARS, MAX_VOCABULARY_IDS)
+from seq2seq_engine.errors import param_of
 from seq2seq_engine.sampling_params import INT64_MAX
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.subtitles import SubtitleOptions
@@ -33,6 +34,10 @@ _OPTIONAL_FLOATS = ("compression_ratio_threshold", "log_prob_threshold", "no_spe
                     "prompt_reset_on_temperature", "hallucination_silence_threshold")
 _TEXTS = ("prefix", "hotwords", "clip_timestamps", "suppress_tokens")
 _ALIASES = {"beam_size": "beam_width"}  # faster-whisper's name
+# The form field of each TranscriptionOptions field whose name differs (the others: the same name), and the fields
+# the endpoint or the server sets (a refusal naming one of them names no form field).
+_FORM_FIELDS = {"initial_prompt": "prompt"}
+_SET_BY_SERVER = ("task", "timestamps", "use_tqdm", "word_timestamps", "max_in_flight", "max_audio_seconds")
 _SUBTITLE_INTS = ("max_line_width", "max_line_count", "max_words_per_line")
 _SUBTITLE_FIELDS = _SUBTITLE_INTS + ("highlight_words",)
 # Set by the endpoint or the server itself, never by a form field.
@@ -199,7 +204,7 @@ def _subtitles(form: FormData) -> SubtitleOptions:
     try:
         return SubtitleOptions(**fields)
     except ValueError as error:
-        raise APIError(str(error), param=str(error).split(" ", 1)[0]) from None
+        raise APIError(str(error), param=param_of(error)) from None
 
 
 def _options(form: FormData, task: str, response_format: str, granularities: List[str],
@@ -225,5 +230,13 @@ def _options(form: FormData, task: str, response_format: str, granularities: Lis
     try:
         return TranscriptionOptions(**fields)
     except (ValueError, TypeError) as error:
-        name = str(error).split(" ", 1)[0]
-        raise APIError(str(error), param=name if name in fields else None) from None
+        raise APIError(str(error), param=options_param(error)) from None
+
+
+def options_param(error: BaseException) -> Optional[str]:
+    """The form field behind the TranscriptionOptions (or Whisper prompt) field `error` names; None for the fields
+    the server sets and for errors about no one field."""
+    name = param_of(error)
+    if name is None or name in _SET_BY_SERVER:
+        return None
+    return _FORM_FIELDS.get(name, name)

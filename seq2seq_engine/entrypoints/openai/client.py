@@ -15,6 +15,7 @@ from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError, ClientGone
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
+from seq2seq_engine.errors import param_of
 from seq2seq_engine.sampling_params import SamplingParams
 
 _DISCONNECT_POLL_S = 0.5
@@ -155,7 +156,8 @@ async def run_job(loop: EngineLoop, job: Any, http_request: Optional[Request]) -
     return sorted(results, key=lambda pair: pair[0])
 
 
-# Every parameter's errors start with its name (sampling_params.py, beam_search_params.py and the engine's checks).
+# The engine parameters a request field can set (the names a refusal's ParameterError carries); the others (internal
+# fields) and the errors about no parameter (the prompt's) name the request's default field.
 _PARAMETERS = frozenset(field.name for params in (SamplingParams, BeamSearchParams)
                         for field in dataclasses.fields(params) if not field.name.startswith("_"))
 
@@ -163,5 +165,7 @@ _PARAMETERS = frozenset(field.name for params in (SamplingParams, BeamSearchPara
 def _param_of(error: BaseException, default: str, fields: Mapping[str, str]) -> str:
     """The request field behind the parameter an engine error names (by `fields`, else the same name); else
     `default`."""
-    head = str(error).split(" ", 1)[0].split("=", 1)[0].strip(":,")
-    return fields.get(head, head) if head in _PARAMETERS else default
+    name = param_of(error)
+    if name is None or name not in _PARAMETERS:
+        return default
+    return fields.get(name, name)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, InputProgress, InputResult, JobDone, Rejected, Sink
@@ -40,7 +41,7 @@ class _Abort:
 
 @dataclasses.dataclass(frozen=True)
 class _Call:
-    fn: Callable[[Any], Any]
+    fn: Callable[[EnginePort], Any]
     future: concurrent.futures.Future
 
 
@@ -53,7 +54,7 @@ class EngineLoop:
     below, which only post to the inbox. Loops of one process that share `cores` divide its threads among those
     with work before each step."""
 
-    def __init__(self, engine: Any, metrics: ServerMetrics, cores: Optional[CoreShare] = None) -> None:
+    def __init__(self, engine: EnginePort, metrics: ServerMetrics, cores: Optional[CoreShare] = None) -> None:
         self.engine, self.metrics = engine, metrics
         self._cores = cores
         self._inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
@@ -91,7 +92,7 @@ class EngineLoop:
         """Abort requests or jobs (by id); unknown or finished ids are ignored."""
         self._inbox.put(_Abort(tuple(request_ids)))
 
-    def call(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
+    def call(self, fn: Callable[[EnginePort], Any]) -> concurrent.futures.Future:
         """Run fn(engine) on the loop thread between two steps (e.g. to read the block pools consistently)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._inbox.put(_Call(fn, future))
@@ -244,9 +245,7 @@ class EngineLoop:
             sink.put(Failed(job_id, message, status))
         self._jobs.clear()
         # Whatever the engine still holds belongs to nobody now.
-        scheduler = self.engine.scheduler
-        leftovers = [group.request_id for groups in (scheduler.waiting, scheduler.running, scheduler.swapped)
-                     for group in groups]
+        leftovers = self.engine.unfinished_request_ids()
         if leftovers:
             self.engine.abort_request(leftovers)
 

@@ -9,6 +9,8 @@ from typing import Any, Dict, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from seq2seq_engine.engine_port import EnginePort
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 _TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -126,25 +128,23 @@ class ServerMetrics:
         self.realtime_turns.inc()
         self.audio_seconds.inc(max(0.0, audio_seconds))
 
-    def engine_state(self, engine: Any) -> None:
-        scheduler = engine.scheduler
-        self.running.set(len(scheduler.running))
-        self.waiting.set(len(scheduler.waiting))
-        self.swapped.set(len(scheduler.swapped))
-        total = scheduler.block_manager.num_total_gpu_blocks
-        free = scheduler.block_manager.get_num_free_gpu_blocks()
+    def engine_state(self, engine: EnginePort) -> None:
+        stats = engine.stats()
+        self.running.set(stats.running)
+        self.waiting.set(stats.waiting)
+        self.swapped.set(stats.swapped)
+        total, free = stats.total_gpu_blocks, stats.free_gpu_blocks
         self.total_blocks.set(total)
         self.free_blocks.set(free)
         self.kv_usage.set(1.0 - free / total if total else 0.0)
-        self._count_up("preemptions", scheduler.num_cumulative_preemption)
-        self._count_up("encoder_runs", engine.model_runner.num_encoder_runs)
-        prefix_cache, cross_cache = scheduler.block_manager.prefix_cache, scheduler.block_manager.cross_cache
-        if prefix_cache is not None:   # a cache switched off (None) leaves its counters at 0
-            self._count_up("prefix_queries", prefix_cache.num_queried_tokens)
-            self._count_up("prefix_hits", prefix_cache.num_hit_tokens)
-        if cross_cache is not None:
-            self._count_up("encoder_queries", cross_cache.num_queries)
-            self._count_up("encoder_hits", cross_cache.num_hits)
+        self._count_up("preemptions", stats.preemptions)
+        self._count_up("encoder_runs", stats.encoder_runs)
+        if stats.prefix_queried_tokens is not None:   # a cache switched off (None) leaves its counters at 0
+            self._count_up("prefix_queries", stats.prefix_queried_tokens)
+            self._count_up("prefix_hits", stats.prefix_hit_tokens)
+        if stats.encoder_cache_queries is not None:
+            self._count_up("encoder_queries", stats.encoder_cache_queries)
+            self._count_up("encoder_hits", stats.encoder_cache_hits)
 
     def _count_up(self, name: str, cumulative: int) -> None:
         """Advance counter `name` to the engine's cumulative count by what it grew since the last read."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import re
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from starlette.concurrency import run_in_threadpool
@@ -18,6 +17,7 @@ from seq2seq_engine.entrypoints.openai.realtime_protocol import (ClientEvent, Re
                                                                  parse_event, server_event)
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, Rejected, Sink
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
+from seq2seq_engine.errors import param_of
 from seq2seq_engine.transcription.live import events as live
 from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
@@ -127,7 +127,7 @@ class RealtimeTranscription:
         try:
             session = await run_in_threadpool(self.make_session, state, config, session_id)
         except ValueError as error:
-            raise RealtimeError(str(error), "invalid_value", _param_of(str(error)), event_id) from None
+            raise RealtimeError(str(error), "invalid_value", _session_field(error), event_id) from None
         return _Live(session, state, Pcm16Stream(config.rate))
 
     async def _live(self, event_id: Optional[str]) -> _Live:
@@ -232,12 +232,16 @@ def _code_of(event: ClientEvent) -> str:
     return {"input_audio_buffer.commit": "input_audio_buffer_commit_empty"}.get(event.type, "invalid_value")
 
 
-def _param_of(message: str) -> Optional[str]:
-    """The session field a LiveOptions / LiveDecoder error names (the first one its message mentions)."""
-    fields = {"language": "session.audio.input.transcription.language",
-              "prompt": "session.audio.input.transcription.prompt",
-              "threshold": "session.audio.input.turn_detection.threshold",
-              "prefix_padding_ms": "session.audio.input.turn_detection.prefix_padding_ms",
-              "silence_duration_ms": "session.audio.input.turn_detection.silence_duration_ms"}
-    words = re.findall(r"\w+", message)
-    return next((fields[word] for word in words if word in fields), None)
+# The session field behind each LiveOptions / TurnDetection / Whisper language parameter a refusal can name; the
+# other LiveOptions fields are the server's own settings, not the client's.
+_SESSION_FIELDS = {"language": "session.audio.input.transcription.language",
+                   "prompt": "session.audio.input.transcription.prompt",
+                   "threshold": "session.audio.input.turn_detection.threshold",
+                   "prefix_padding_ms": "session.audio.input.turn_detection.prefix_padding_ms",
+                   "silence_duration_ms": "session.audio.input.turn_detection.silence_duration_ms"}
+
+
+def _session_field(error: BaseException) -> Optional[str]:
+    """The session field of the parameter a LiveOptions / TurnDetection / LiveDecoder error names, if any."""
+    name = param_of(error)
+    return None if name is None else _SESSION_FIELDS.get(name)

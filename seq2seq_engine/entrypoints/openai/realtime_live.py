@@ -7,6 +7,7 @@ import threading
 from typing import Any, Dict, Optional
 
 from seq2seq_engine.audio.silero import load_silero_vad
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.realtime_protocol import SessionConfig
 from seq2seq_engine.transcription.live.decoder import LiveDecoder
 from seq2seq_engine.transcription.live.session import LiveOptions, LiveSession, TurnDetection
@@ -35,7 +36,7 @@ class LiveSessions:
         vad = None if detection is None else StreamingVad(self._vad())
         return LiveSession(options, decoder, vad, session_id)
 
-    def _decoder(self, engine: Any) -> LiveDecoder:
+    def _decoder(self, engine: EnginePort) -> LiveDecoder:
         with self._lock:
             if id(engine) not in self._decoders:
                 self._decoders[id(engine)] = LiveDecoder.for_engine(engine)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import torch
 import uvicorn
 
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.app import build_app
 from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
@@ -25,7 +26,7 @@ from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerSettings
 logger = logging.getLogger(__name__)
 
 
-def make_models(engines: Mapping[str, Any], settings: ServerSettings) -> ServedModels:
+def make_models(engines: Mapping[str, EnginePort], settings: ServerSettings) -> ServedModels:
     """A ServerState per (served name, engine), with one metrics registry and the process's threads shared by
     their loops."""
     families, cores = MetricFamilies(), CoreShare(torch.get_num_threads())
@@ -66,7 +67,7 @@ def _uvicorn_server(models: ServedModels) -> uvicorn.Server:
     return _Server(config, models)
 
 
-def serve(engines: Mapping[str, Any], settings: ServerSettings) -> None:
+def serve(engines: Mapping[str, EnginePort], settings: ServerSettings) -> None:
     """Serve {served name: engine} until SIGINT/SIGTERM (uvicorn's handlers end the serve loop); then the engine
     loops abort what is left."""
     models = make_models(engines, settings)
@@ -108,7 +109,7 @@ class RunningServer:
         _stop_loops(self.models, timeout)
 
 
-def start_in_thread(engines: Mapping[str, Any], settings: ServerSettings, timeout: float = 60) -> RunningServer:
+def start_in_thread(engines: Mapping[str, EnginePort], settings: ServerSettings, timeout: float = 60) -> RunningServer:
     """Serve {served name: engine}: bind (port 0: a free port), start the engine loops and uvicorn on a thread,
     and wait until it accepts."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -6,6 +6,8 @@ import math
 import time
 from typing import Any, Optional, Tuple
 
+from seq2seq_engine.config import ModelConfig
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.interim_budget import InterimBudget
@@ -47,7 +49,7 @@ class ServerState:
     interim_budget: InterimBudget = dataclasses.field(default_factory=InterimBudget)
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> EnginePort:
         return self.loop.engine
 
     @property
@@ -55,16 +57,16 @@ class ServerState:
         return self.engine.tokenizer
 
     @property
-    def model_config(self) -> Any:
+    def model_config(self) -> ModelConfig:
         return self.engine.model_config
 
     @property
     def is_encoder_decoder(self) -> bool:
-        return bool(getattr(self.model_config.hf_config, "is_encoder_decoder", False))
+        return bool(getattr(self.engine.hf_config, "is_encoder_decoder", False))
 
     @property
     def takes_audio(self) -> bool:
-        return getattr(self.model_config.hf_config, "num_mel_bins", None) is not None
+        return self.engine.num_mel_bins is not None
 
     def need_tokenizer(self) -> Any:
         if self.tokenizer is None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt
 from seq2seq_engine.transcription.fallback import compression_ratio
 from seq2seq_engine.transcription.language import detection_params, detection_prompt
@@ -26,18 +27,18 @@ INTERIM_MAX_COMPRESSION = 2.4
 
 
 class LiveDecoder:
-    """Builds each decode of a live turn from an LLMEngine-like object (model_config, tokenizer, device): the
+    """Builds each decode of a live turn from an EnginePort (its tokenizer, mel bins, window, device): the
     features of the samples, the prompt `[<|startofprev|> prompt text] <|startoftranscript|> [language, task]
     <|notimestamps|>`, and temperature-0 greedy parameters with the model's suppress lists (as `transcribe` with
     temperature=0.0 and beam_width=1 decodes a window)."""
 
-    def __init__(self, engine: Any, tokens: WhisperTokens) -> None:
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens) -> None:
         self.engine, self.tokens = engine, tokens
         greedy = TranscriptionOptions(temperature=0.0, beam_width=1, use_tqdm=False)   # a turn's latency first
         self.plan = DecodePlan(engine, tokens, greedy)
 
     @classmethod
-    def for_engine(cls, engine: Any) -> "LiveDecoder":
+    def for_engine(cls, engine: EnginePort) -> "LiveDecoder":
         """ValueError when the engine's model takes no audio (or has no Whisper tokenizer)."""
         return cls(engine, whisper_tokens_for(engine))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from seq2seq_engine.errors import ParameterError
+
 # A Whisper prompt keeps only its last 223 tokens (about 900 characters of English): 32768 characters cover it about
 # 36 times over; a longer text only costs its tokenization at every decode.
 MAX_PROMPT_CHARS = 32_768
@@ -20,11 +22,11 @@ class TurnDetection:
 
     def __post_init__(self) -> None:
         if not isinstance(self.threshold, (int, float)) or not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold must be a number in (0, 1), got {self.threshold!r}")
+            raise ParameterError(f"threshold must be a number in (0, 1), got {self.threshold!r}", "threshold")
         for name, limit in (("prefix_padding_ms", 10_000), ("silence_duration_ms", 10_000)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-                raise ValueError(f"{name} must be an integer in [0, {limit}], got {value!r}")
+                raise ParameterError(f"{name} must be an integer in [0, {limit}], got {value!r}", name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,21 +50,26 @@ class LiveOptions:
 
     def __post_init__(self) -> None:
         if self.language is not None and (not isinstance(self.language, str) or not self.language.strip()):
-            raise ValueError(f"language must be None or a non-empty string, got {self.language!r}")
+            raise ParameterError(f"language must be None or a non-empty string, got {self.language!r}", "language")
         if self.prompt is not None and not isinstance(self.prompt, str):
-            raise ValueError(f"prompt must be None or a string, got {type(self.prompt).__name__}")
+            raise ParameterError(f"prompt must be None or a string, got {type(self.prompt).__name__}", "prompt")
         if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
-            raise ValueError(f"prompt has {len(self.prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}")
+            raise ParameterError(f"prompt has {len(self.prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}",
+                                 "prompt")
         if self.turn_detection is not None and not isinstance(self.turn_detection, TurnDetection):
-            raise ValueError(f"turn_detection must be None or a TurnDetection, got {self.turn_detection!r}")
+            raise ParameterError(f"turn_detection must be None or a TurnDetection, got {self.turn_detection!r}",
+                                 "turn_detection")
         if not isinstance(self.interim_interval_s, (int, float)) or not 0.1 <= self.interim_interval_s <= 30.0:
-            raise ValueError(f"interim_interval_s must be in [0.1, 30], got {self.interim_interval_s!r}")
+            raise ParameterError(f"interim_interval_s must be in [0.1, 30], got {self.interim_interval_s!r}",
+                                 "interim_interval_s")
         if not isinstance(self.max_buffered_s, (int, float)) or not 1.0 <= self.max_buffered_s <= 3600.0:
-            raise ValueError(f"max_buffered_s must be in [1, 3600], got {self.max_buffered_s!r}")
+            raise ParameterError(f"max_buffered_s must be in [1, 3600], got {self.max_buffered_s!r}", "max_buffered_s")
         speculative = self.speculative_silence_ms
         if speculative is not None and (isinstance(speculative, bool) or not isinstance(speculative, int)
                                         or not 0 <= speculative <= 10_000):
-            raise ValueError(f"speculative_silence_ms must be None or an integer in [0, 10000], got {speculative!r}")
+            raise ParameterError(f"speculative_silence_ms must be None or an integer in [0, 10000], got "
+                                 f"{speculative!r}", "speculative_silence_ms")
         in_flight = self.max_decodes_in_flight
         if isinstance(in_flight, bool) or not isinstance(in_flight, int) or not 1 <= in_flight <= 64:
-            raise ValueError(f"max_decodes_in_flight must be an integer in [1, 64], got {in_flight!r}")
+            raise ParameterError(f"max_decodes_in_flight must be an integer in [1, 64], got {in_flight!r}",
+                                 "max_decodes_in_flight")

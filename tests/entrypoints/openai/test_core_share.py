@@ -2,7 +2,6 @@
 only one with work and with its share while others have work too, set on its own thread only."""
 import threading
 import time
-import types
 
 import pytest
 import torch
@@ -16,7 +15,6 @@ class _RecordingEngine:
 
     def __init__(self, steps: int) -> None:
         self.steps, self.pending, self.seen = steps, 0, []
-        self.scheduler = types.SimpleNamespace(waiting=[], running=[], swapped=[])
 
     def add_request(self, request_id, prompt, params):
         self.pending += self.steps
@@ -32,6 +30,9 @@ class _RecordingEngine:
 
     def abort_request(self, request_ids):
         self.pending = 0
+
+    def unfinished_request_ids(self):
+        return []
 
 
 class _NoMetrics:

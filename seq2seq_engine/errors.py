@@ -1,0 +1,31 @@
+"""The errors that name the parameter a value was refused for, so callers read the field from the type, not the text."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class InvalidParameter(Exception):
+    """A value one parameter cannot take. `param`: the parameter as the Python API spells it (a field of
+    SamplingParams, TranscriptionOptions, ...); `requirement`, when known: what the value must be, in the message's
+    words ("an int >= 1"). Raised as ParameterError or ParameterTypeError, never itself."""
+
+    def __init__(self, message: str, param: str, requirement: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.param, self.requirement = param, requirement
+
+    def __reduce__(self) -> tuple:
+        # pickle (Ray, a worker process) rebuilds an exception from its args alone, which hold only the message
+        return type(self), (self.args[0], self.param, self.requirement)
+
+
+class ParameterError(InvalidParameter, ValueError):
+    """A value out of a parameter's range or form (every `except ValueError` still catches it)."""
+
+
+class ParameterTypeError(InvalidParameter, TypeError):
+    """A value of the wrong type for a parameter (every `except TypeError` still catches it)."""
+
+
+def param_of(error: BaseException) -> Optional[str]:
+    """The parameter `error` names; None for an error about no single parameter."""
+    return error.param if isinstance(error, InvalidParameter) else None
