@@ -1,9 +1,9 @@
 """What the KV caches that keep content buy: each workload with the cache on and off, in one command (interleaved
 rounds, a fresh process per run), plus HF `generate` where it applies.
 
-    .venv/bin/python benchmarks/cache_reuse.py --rounds 3                    # whisper, chat and translate
-    .venv/bin/python benchmarks/cache_reuse.py --workloads translate --shape small
-    .venv/bin/python benchmarks/cache_reuse.py --quick                       # smoke run (~2 min)
+    .venv/bin/python -m benchmarks.cache_reuse --rounds 3                    # whisper, chat and translate
+    .venv/bin/python -m benchmarks.cache_reuse --workloads translate --shape small
+    .venv/bin/python -m benchmarks.cache_reuse --quick                       # smoke run (~2 min)
 
 whisper: whisper-base on the pytest-audioeval clips, one `llm.transcribe` call per language: plain (language
 given), word timestamps, language detected; encoder cache on and off. chat: SmolLM2-135M-Instruct, requests sharing
@@ -20,18 +20,16 @@ import sys
 import tempfile
 from typing import Dict, List, Optional
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cache_translation as translation  # noqa: E402
-from cache_workloads import (WHISPER_MODES, CacheRun, WhisperCacheJob, cache_label, chat_job, clip_groups,  # noqa: E402
-                             run_chat, run_whisper_round)
-from common import agreement, environment_line, print_markdown, print_run_header, try_isolated  # noqa: E402
-from transcribe import load_clips  # noqa: E402
-
-from seq2seq_engine.audio import SAMPLE_RATE  # noqa: E402
-from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
+from benchmarks.lib import cache_translation as translation
+from benchmarks.lib.cache_workloads import (WHISPER_MODES, CacheRun, WhisperCacheJob, cache_label, chat_job,
+                                            clip_groups, run_chat, run_whisper_round)
+from benchmarks.lib.clips import load_clips
+from benchmarks.lib.common import agreement, environment_line, print_markdown, print_run_header, try_isolated
+from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 WORKLOADS = ("whisper", "chat", "translate")
 Runs = Dict[str, List[CacheRun]]   # label -> its run of every round

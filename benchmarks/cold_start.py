@@ -2,10 +2,10 @@
 interpreter, the imports, the model load, the transcription) against faster-whisper in a fresh process on the same
 CTranslate2 weights, float32 and int8, at equal beam width; plus our in-process split (imports, load, transcribe).
 
-    .venv/bin/python benchmarks/cold_start.py --rounds 3                    # beam 5 (faster-whisper's default)
-    .venv/bin/python benchmarks/cold_start.py --beams 5,1 --rounds 3        # beam 5 and greedy
-    .venv/bin/python benchmarks/cold_start.py --engines ours,fw,fw-mkl      # also faster-whisper with CT2_USE_MKL=1
-    .venv/bin/python benchmarks/cold_start.py --quick                       # smoke run: tiny.en, float32, greedy
+    .venv/bin/python -m benchmarks.cold_start --rounds 3                    # beam 5 (faster-whisper's default)
+    .venv/bin/python -m benchmarks.cold_start --beams 5,1 --rounds 3        # beam 5 and greedy
+    .venv/bin/python -m benchmarks.cold_start --engines ours,fw,fw-mkl      # also faster-whisper with CT2_USE_MKL=1
+    .venv/bin/python -m benchmarks.cold_start --quick                       # smoke run: tiny.en, float32, greedy
 
 The clip is the bundled English clips joined with 0.5 s silences (11.9 s, about jfk.wav's 11 s) unless --clip names
 one. One untimed run of every command comes first (it converts and prepares the model, builds the kernels and
@@ -27,15 +27,16 @@ import tempfile
 import time
 from typing import Dict, List, Tuple
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np  # noqa: E402
-import soundfile  # noqa: E402
-from common import environment_line, print_markdown  # noqa: E402
-from transcribe import sample_dir  # noqa: E402
-from whisper_engines import ct2_model_dir  # noqa: E402
+import numpy as np
+import soundfile
+
+from benchmarks.lib.clips import sample_dir
+from benchmarks.lib.common import environment_line, print_markdown
+from benchmarks.lib.launch import script_argv
+from benchmarks.lib.whisper_engines import ct2_model_dir
 
 CLIP_PARTS = ("quick_brown_fox", "counting", "hello_world", "quick_brown_fox")
 PHASES = ("python start", "imports", "load", "transcribe")   # imports: torch, the engine, the command line
@@ -185,7 +186,7 @@ def fw_version() -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    print(f"argv: {' '.join(sys.argv)}")
+    print(f"argv: {' '.join(script_argv())}")
     print(environment_line(args.threads) + f", faster-whisper {fw_version()}", flush=True)
     engines, dtypes = args.engines.split(","), args.dtypes.split(",")
     beams = [int(beam) for beam in args.beams.split(",")]

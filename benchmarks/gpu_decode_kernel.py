@@ -2,7 +2,7 @@
 (coordinate search from the built-in heuristic), each checked against a float32 reference and timed against torch
 SDPA over the same K/V laid out densely (what HF's decode reads); microseconds and effective GB/s.
 
-    python3 benchmarks/gpu_decode_kernel.py --out decode_kernel.json
+    python3 -m benchmarks.gpu_decode_kernel --out decode_kernel.json
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import math
 import sys
 from typing import Any, Dict, List, Optional
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-import torch  # noqa: E402
+import torch
 
 # name: (sequences, query heads, kv heads, head size, context length, table width in blocks of 16)
 SHAPES = {

@@ -2,8 +2,8 @@
 (ours, HF, ours, HF): Whisper large-v3 shaped 30 s windows with 120 forced tokens (RTFx) and BART-large shaped
 documents with 64 forced tokens (tokens/s). Each workload runs in its own child process; JSON plus a markdown table.
 
-    python3 benchmarks/gpu_throughput.py --out gpu_throughput.json          # on a CUDA GPU, bfloat16
-    python3 benchmarks/gpu_throughput.py --tiny --device cpu                 # smoke run of the script itself
+    python3 -m benchmarks.gpu_throughput --out gpu_throughput.json          # on a CUDA GPU, bfloat16
+    python3 -m benchmarks.gpu_throughput --tiny --device cpu                 # smoke run of the script itself
 """
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from gpu_profile import describe, profile_run  # noqa: E402
-from gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,  # noqa: E402
-                           bart_setup, synchronize, whisper_features, whisper_hf, whisper_memory_gib, whisper_ours,
-                           whisper_setup)
+import torch
+import transformers
 
-from seq2seq_engine.cache_dir import cache_root  # noqa: E402
+from benchmarks.lib.gpu_profile import describe, profile_run
+from benchmarks.lib.gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,
+                                          bart_setup, synchronize, whisper_features, whisper_hf, whisper_memory_gib,
+                                          whisper_ours, whisper_setup)
+from benchmarks.lib.launch import ROOT, script_command
+from seq2seq_engine.cache_dir import cache_root
 
 WORKLOADS = ("whisper", "bart")
 # (full, tiny) defaults of the size arguments
@@ -207,8 +207,7 @@ def spawn(workload: str, argv: List[str]) -> Dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         path = handle.name
     start = time.perf_counter()
-    code = subprocess.call([sys.executable, os.path.abspath(__file__), *argv, "--child", workload,
-                            "--child-out", path])
+    code = subprocess.call(script_command("gpu_throughput", *argv, "--child", workload, "--child-out", path), cwd=ROOT)
     elapsed = time.perf_counter() - start
     try:
         with open(path) as f:

@@ -7,8 +7,8 @@ import tempfile
 import time
 from typing import Callable, Dict, List
 
-import gpu_workloads as gw
-from machine import cpu_description
+from benchmarks.lib import gpu_workloads as gw
+from benchmarks.lib.machine import cpu_description
 
 
 class StepTimer:

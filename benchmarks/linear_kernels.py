@@ -1,17 +1,17 @@
 """Linear kernels vs libraries: per shape (float32, bfloat16, int8), or a workload's float32 matmuls alone vs HF.
 
-    .venv/bin/python benchmarks/linear_kernels.py                     # whisper-base shapes, 5 interleaved rounds
-    .venv/bin/python benchmarks/linear_kernels.py --models whisper,bart,smollm2 --rounds 9
-    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --candidates float32,float32-onednn,float32-panels
-    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --cold --candidates float32-onednn,float32-panels
-    .venv/bin/python benchmarks/linear_kernels.py --models marian,t5 --cold --candidates int8-panels,int8-fbgemm
-    .venv/bin/python benchmarks/linear_kernels.py --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
-    .venv/bin/python benchmarks/linear_kernels.py --quick             # smoke run: two small shapes, one round
-    .venv/bin/python benchmarks/linear_kernels.py --mode floor        # SmolLM2-135M, 64 chat prompts, 128 new tokens
-    .venv/bin/python benchmarks/linear_kernels.py --mode floor --rounds 3     # every engine 3 times, interleaved
-    .venv/bin/python benchmarks/linear_kernels.py --mode floor --quick        # smoke run: 8 prompts, 16 new tokens
-    .venv/bin/python benchmarks/linear_kernels.py --mode builds --cold        # AVX2 builds vs AVX-512, 1 thread
-    .venv/bin/python benchmarks/linear_kernels.py --mode builds --quick       # smoke run: one small shape, 3 calls
+    .venv/bin/python -m benchmarks.linear_kernels                     # whisper-base shapes, 5 interleaved rounds
+    .venv/bin/python -m benchmarks.linear_kernels --models whisper,bart,smollm2 --rounds 9
+    .venv/bin/python -m benchmarks.linear_kernels --models marian,t5 --candidates float32,float32-onednn,float32-panels
+    .venv/bin/python -m benchmarks.linear_kernels --models marian,t5 --cold --candidates float32-onednn,float32-panels
+    .venv/bin/python -m benchmarks.linear_kernels --models marian,t5 --cold --candidates int8-panels,int8-fbgemm
+    .venv/bin/python -m benchmarks.linear_kernels --avx2              # again with oneDNN, MKL, fbgemm and ATen on AVX2
+    .venv/bin/python -m benchmarks.linear_kernels --quick             # smoke run: two small shapes, one round
+    .venv/bin/python -m benchmarks.linear_kernels --mode floor        # SmolLM2-135M, 64 chat prompts, 128 new tokens
+    .venv/bin/python -m benchmarks.linear_kernels --mode floor --rounds 3     # every engine 3 times, interleaved
+    .venv/bin/python -m benchmarks.linear_kernels --mode floor --quick        # smoke run: 8 prompts, 16 new tokens
+    .venv/bin/python -m benchmarks.linear_kernels --mode builds --cold        # AVX2 builds vs AVX-512, 1 thread
+    .venv/bin/python -m benchmarks.linear_kernels --mode builds --quick       # smoke run: one small shape, 3 calls
 
 --mode shapes (the default): one table, a row per shape of `--models`, a column per candidate (y = x W^T + b,
 float32 x of `rows` x K, W of N x K):
@@ -44,7 +44,7 @@ linears (F.linear with SEQ2SEQ_ENGINE_PACKED_LINEAR=0): its fused q/k/v and gate
 into steps and rows per decode step, the logits projection on one row per request and step, random activations and
 nothing between them (no attention, norms, sampler or Python bookkeeping). `floor-kv` adds, per decode step, one
 read of every cached K/V byte the step's attention must read: the DRAM traffic no decode attention can avoid. The
-candidates (default floor,floor-kv,hf,ours) each run in their own child process (common.py), `--rounds` times
+candidates (default floor,floor-kv,hf,ours) each run in their own child process (lib/common.py), `--rounds` times
 interleaved. HF wall / floor wall is the largest speed-up over HF that matmuls at this float32 rate allow;
 ours - floor is the time this engine spends outside the weight matmuls. Decoder-only models only.
 
@@ -78,9 +78,9 @@ import sys
 import time
 from typing import Dict, List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from linear_builds import BUILD_CANDIDATES  # noqa: E402
-from linear_candidates import CANDIDATES, build  # noqa: E402
+from benchmarks.lib.launch import ROOT, script_argv, script_command
+from benchmarks.lib.linear_builds import BUILD_CANDIDATES
+from benchmarks.lib.linear_candidates import CANDIDATES, build
 
 FLOOR_ENGINES = ("floor", "floor-kv", "hf", "ours")
 
@@ -148,7 +148,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def evict_bytes() -> int:
     """How much --cold reads before each timed call: three times this CPU's last-level cache, at least
     MIN_EVICT_BYTES."""
-    from machine import last_level_cache_bytes
+    from benchmarks.lib.machine import last_level_cache_bytes
     return max(MIN_EVICT_BYTES, 3 * last_level_cache_bytes())
 
 
@@ -182,11 +182,11 @@ def time_shape(rows: int, k: int, n: int, names: List[str], rounds: int, calls: 
 
 def header(args: argparse.Namespace) -> None:
     import torch
-    from machine import cpu_description
 
+    from benchmarks.lib.machine import cpu_description
     from seq2seq_engine.models.int8 import activations_need_reduced_range
     isa = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
-    print(f"argv: {' '.join(sys.argv)}")
+    print(f"argv: {' '.join(script_argv())}")
     print(f"date {datetime.datetime.now().isoformat(timespec='minutes')}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}, cpu capability {torch.backends.cpu.get_cpu_capability()}, ISA env {isa or '-'}, "
           f"int8 activations reduced to 7 bits: {activations_need_reduced_range()}, load average "
@@ -240,19 +240,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.avx2:  # the caps act when the libraries load: a child process that has not imported torch yet
         child = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--avx2"]
-        return subprocess.run([sys.executable, os.path.abspath(__file__), *child],
+        return subprocess.run(script_command("linear_kernels", *child), cwd=ROOT,
                               env={**os.environ, **AVX2_ENV}).returncode
     if args.mode == "builds":
-        from linear_builds import run_builds, worker
+        from benchmarks.lib.linear_builds import run_builds, worker
         return worker(args.worker, args.calls, args.cold, args.threads, args.quick) if args.worker else run_builds(args)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import seq2seq_engine  # noqa: F401 - first: its OpenMP defaults must precede torch
 
     # isort: split
     import torch
     torch.set_num_threads(args.threads)
     if args.mode == "floor":
-        from floor_replay import run_floor_mode
+        from benchmarks.lib.floor_replay import run_floor_mode
         return run_floor_mode(args)
     return run_shapes(args)
 

@@ -6,9 +6,9 @@ Runs the same requests twice in one process, on a random-initialised model saved
 Checks that the outputs are identical, that every KV block is back in the free pools at the end, and prints the
 throughput ratio and the preemption counts.
 
-    .venv/bin/python benchmarks/load_test.py                        # 1000 requests, decoder-only (Llama-shaped)
-    .venv/bin/python benchmarks/load_test.py --arch bart            # encoder/decoder (BART-shaped)
-    .venv/bin/python benchmarks/load_test.py --preemption-mode swap
+    .venv/bin/python -m benchmarks.load_test                        # 1000 requests, decoder-only (Llama-shaped)
+    .venv/bin/python -m benchmarks.load_test --arch bart            # encoder/decoder (BART-shaped)
+    .venv/bin/python -m benchmarks.load_test --preemption-mode swap
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Long-recording transcription: this engine vs faster-whisper on built recordings (speed, WER, words in gaps, memory).
 
-    .venv/bin/python benchmarks/long_transcribe.py --rounds 3                   # whisper-base, 3 recordings of ~2 min
-    .venv/bin/python benchmarks/long_transcribe.py --vad-filter on --beam-width 5 --rounds 3
-    .venv/bin/python benchmarks/long_transcribe.py --quick                      # smoke run: tiny.en, one ~20 s file
+    .venv/bin/python -m benchmarks.long_transcribe --rounds 3                   # whisper-base, 3 recordings of ~2 min
+    .venv/bin/python -m benchmarks.long_transcribe --vad-filter on --beam-width 5 --rounds 3
+    .venv/bin/python -m benchmarks.long_transcribe --quick                      # smoke run: tiny.en, one ~20 s file
 """
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import long_audio  # noqa: E402
-import transformers  # noqa: E402
-from common import (EngineRun, EngineSpec, add_timing_args, environment_line, print_markdown, ratio_cells,  # noqa: E402
-                    ratio_columns, run_rounds)
-from long_engines import LongJob, accepted_options, int8_supported, run_fw, run_ours  # noqa: E402
-from wer import corpus_wer, inserted_runs, normalize  # noqa: E402
+import transformers
 
-from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
+from benchmarks.lib import long_audio
+from benchmarks.lib.common import (EngineRun, EngineSpec, add_timing_args, environment_line, print_markdown,
+                                   ratio_cells, ratio_columns, run_rounds)
+from benchmarks.lib.launch import script_argv
+from benchmarks.lib.long_engines import LongJob, accepted_options, int8_supported, run_fw, run_ours
+from benchmarks.lib.wer import corpus_wer, inserted_runs, normalize
+from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 ON_OFF = {"on": True, "off": False}
 
@@ -116,7 +116,7 @@ def engine_specs(args: argparse.Namespace, job: LongJob) -> List[EngineSpec]:
 def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording], applied: Dict[str, Any],
                  ignored: List[str]) -> None:
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"command: {' '.join([os.path.basename(sys.executable)] + script_argv())}")
     line = environment_line(args.threads)
     if importlib.util.find_spec("faster_whisper") is not None:
         import faster_whisper

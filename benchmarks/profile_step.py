@@ -1,12 +1,12 @@
 """Where one engine step's time goes: the torch profiler's categories, plain step wall times, or its linears alone.
 
-    .venv/bin/python benchmarks/profile_step.py                       # profile: BART-base shape, batch 64
-    .venv/bin/python benchmarks/profile_step.py --workload decoder    # profile: SmolLM2-135M shape (random weights)
-    .venv/bin/python benchmarks/profile_step.py --mode wall           # SmolLM2-135M, 64 chat prompts, 30 decode steps
-    GOMP_SPINCOUNT=0 .venv/bin/python benchmarks/profile_step.py --mode wall   # the same under another setting
-    .venv/bin/python benchmarks/profile_step.py --mode linears        # t5,marian,whisper; 1-256 rows; 5 rounds
-    .venv/bin/python benchmarks/profile_step.py --mode linears --models t5 --rows 8,32,128 --rounds 9
-    .venv/bin/python benchmarks/profile_step.py --mode wall --quick   # smoke run (every mode has one)
+    .venv/bin/python -m benchmarks.profile_step                       # profile: BART-base shape, batch 64
+    .venv/bin/python -m benchmarks.profile_step --workload decoder    # profile: SmolLM2-135M shape (random weights)
+    .venv/bin/python -m benchmarks.profile_step --mode wall           # SmolLM2-135M, 64 chat prompts, 30 decode steps
+    GOMP_SPINCOUNT=0 .venv/bin/python -m benchmarks.profile_step --mode wall   # the same under another setting
+    .venv/bin/python -m benchmarks.profile_step --mode linears        # t5,marian,whisper; 1-256 rows; 5 rounds
+    .venv/bin/python -m benchmarks.profile_step --mode linears --models t5 --rows 8,32,128 --rounds 9
+    .venv/bin/python -m benchmarks.profile_step --mode wall --quick   # smoke run (every mode has one)
 
 --mode profile: builds a random-weight model (HF `save_pretrained`, so the real loading code runs), admits
 `--batch` requests, profiles the step that prefills them, runs `--decode-steps` decode steps until the batch is
@@ -40,16 +40,14 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 # isort: split
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import print_run_header  # noqa: E402
-from step_profiler import labelled_scopes, matmul_rate_gflops, print_profile, profile_one_step  # noqa: E402
-from text_models import random_model  # noqa: E402
-from throughput import chat_prompts  # noqa: E402
-
-from seq2seq_engine import LLM, SamplingParams, TokensPrompt  # noqa: E402
-from seq2seq_engine.kernels.native_linear import panel_linear_available  # noqa: E402
-from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
-from seq2seq_engine.models.packed_linear import PackedLinear  # noqa: E402
+from benchmarks.lib.common import print_run_header
+from benchmarks.lib.gen_workloads import chat_prompts
+from benchmarks.lib.step_profiler import labelled_scopes, matmul_rate_gflops, print_profile, profile_one_step
+from benchmarks.lib.text_models import random_model
+from seq2seq_engine import LLM, SamplingParams, TokensPrompt
+from seq2seq_engine.kernels.native_linear import panel_linear_available
+from seq2seq_engine.model_loader.resolver import resolve_model_path
+from seq2seq_engine.models.packed_linear import PackedLinear
 
 # --mode linears: name: (layers, the (K, N) of one decoder layer's linears in the order they run, the head's (K, N))
 DECODERS = {

@@ -1,9 +1,9 @@
 """Ray scale-out throughput: one job run as a plain single process, then through the Ray Data path
 (seq2seq_engine/integrations/) on a local Ray instance with 1 and 2 replicas, on the same inputs and CPUs.
 
-    nice .venv/bin/python benchmarks/ray_throughput.py --workload transcribe --files 48
-    nice .venv/bin/python benchmarks/ray_throughput.py --workload generate --prompts 64 --max-tokens 64
-    nice .venv/bin/python benchmarks/ray_throughput.py --quick               # smoke run, a few tiny inputs
+    nice .venv/bin/python -m benchmarks.ray_throughput --workload transcribe --files 48
+    nice .venv/bin/python -m benchmarks.ray_throughput --workload generate --prompts 64 --max-tokens 64
+    nice .venv/bin/python -m benchmarks.ray_throughput --quick               # smoke run, a few tiny inputs
 
 Workloads: `transcribe` = whisper-tiny.en over `--files` copies of pytest-audioeval's English clips (1-3 s each);
 `generate` = smollm2-135m, greedy, `--prompts` chat prompts of `--max-tokens` new tokens. Every wall time is end to
@@ -22,11 +22,10 @@ import sys
 import time
 from typing import Any, Dict, List
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import EngineRun, print_markdown, print_run_header, run_isolated  # noqa: E402
+from benchmarks.lib.common import EngineRun, print_markdown, print_run_header, run_isolated
 
 ENGINE = {"kv_cache_space_gb": 1.0, "swap_space_gb": 0.1}
 PROMPTS = ["Explain {} in simple terms.", "Write a short paragraph about {}.", "What are three facts about {}?"]

@@ -6,8 +6,8 @@ Per spoken turn: latency from the end of its speech (in the sent audio) to its t
 the first text after its speech starts, and WER; per run the CPU time of the server process (of the peer's
 process). Reports p50/p95 per N and the largest N each engine sustains with p95 latency <= --target-p95.
 
-    .venv/bin/python benchmarks/realtime_load.py --streams 1,2,4,8 --seconds 60 --out realtime.json
-    .venv/bin/python benchmarks/realtime_load.py --quick
+    .venv/bin/python -m benchmarks.realtime_load --streams 1,2,4,8 --seconds 60 --out realtime.json
+    .venv/bin/python -m benchmarks.realtime_load --quick
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from typing import Any, Dict, List, Optional
 import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-import long_audio
-from common import environment_line
-from load_servers import start_server
-from realtime_clients import items_of, run_ours
-from realtime_peer import PeerJob, run_peer_isolated
-from realtime_streams import build_streams, score_stream, summarize, vad_turns
-
+from benchmarks.lib import long_audio
+from benchmarks.lib.common import environment_line
+from benchmarks.lib.launch import script_argv
+from benchmarks.lib.load_servers import start_server
+from benchmarks.lib.realtime_clients import items_of, run_ours
+from benchmarks.lib.realtime_peer import PeerJob, run_peer_isolated
+from benchmarks.lib.realtime_streams import build_streams, score_stream, summarize, vad_turns
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.transcription.live import TurnDetection
 
@@ -80,7 +80,7 @@ def print_header(args: argparse.Namespace, recordings: List[long_audio.Recording
             line += f", {package.replace('_', '-')} {__import__(package).__version__}"
     speech = sum(e - s for r in recordings for s, e in r.speech_spans)
     turns = sum(len(r.speech_spans) for r in recordings)
-    lines = [f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}", line,
+    lines = [f"command: {' '.join([os.path.basename(sys.executable)] + script_argv())}", line,
              f"model {args.model} ({'int8' if args.quantization == 'int8' else 'float32'}); streams "
              f"{args.streams} of {sum(r.duration for r in recordings) / len(recordings):.1f} s on average, "
              f"{turns} turns, {speech:.1f} s of speech in the {len(recordings)} streams; pace {args.pace}x, "

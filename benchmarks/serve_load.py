@@ -3,16 +3,16 @@ completions and transcriptions at a bounded request rate and a time limit, then 
 (`LLM.generate`, `llm.transcribe`) in the same run; optionally 100 clients that disconnect mid-stream.
 
 The server is one `seq2seq-engine serve` child process on 127.0.0.1 serving the text model (chat + completions)
-and, unless --audio-model '', the Whisper model (transcriptions) side by side, as deployed (`load_servers.py`;
+and, unless --audio-model '', the Whisper model (transcriptions) side by side, as deployed (`lib/load_servers.py`;
 --one-model-per-server: a process per model; --in-process: the same server on a thread of this process).
 Reports requests/s, time to first token and end-to-end p50/p99, output tokens/s, the CPU time of the servers and
-the clients, errors and lost requests, the offline run's time for the same work (`serve_offline.py`) and the
+the clients, errors and lost requests, the offline run's time for the same work (`lib/serve_offline.py`) and the
 throughput ratio, and whether every KV block is free at the end (read from the server's /metrics). With --rounds N
 the load and the offline run alternate N times each. Exit status 1 when a request failed or was lost, or blocks
 are held.
 
-    .venv/bin/python benchmarks/serve_load.py --num-requests 500 --rate 20 --time-limit 600 --rounds 3
-    .venv/bin/python benchmarks/serve_load.py --num-requests 20 --rate 5 --max-tokens 8 --disconnects 100
+    .venv/bin/python -m benchmarks.serve_load --num-requests 500 --rate 20 --time-limit 600 --rounds 3
+    .venv/bin/python -m benchmarks.serve_load --num-requests 20 --rate 5 --max-tokens 8 --disconnects 100
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 
 # isort: split
 import httpx
-from load_servers import ServerProcess, start_in_process, start_server
-from serve_offline import offline_run
 
+from benchmarks.lib.load_servers import ServerProcess, start_in_process, start_server
+from benchmarks.lib.serve_offline import offline_run
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 TOPICS = ["rivers", "bread", "volcanoes", "chess", "bicycles", "owls", "glass", "tides", "maps", "violins", "salt",

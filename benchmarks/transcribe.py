@@ -1,42 +1,29 @@
 """Whisper transcription speed and accuracy: this engine vs HF transformers generate() vs CTranslate2, one command
-(each engine in its own child process; see common.py).
+(each engine in its own child process; see lib/common.py).
 
-    .venv/bin/python benchmarks/transcribe.py                    # whisper-base, 32 short English clips, greedy
-    .venv/bin/python benchmarks/transcribe.py --beam 5           # the same with beam search (width 5)
-    .venv/bin/python benchmarks/transcribe.py --long             # one ~5 min file
-    .venv/bin/python benchmarks/transcribe.py --quick            # smoke run: tiny.en, 4 clips
+    .venv/bin/python -m benchmarks.transcribe                    # whisper-base, 32 short English clips, greedy
+    .venv/bin/python -m benchmarks.transcribe --beam 5           # the same with beam search (width 5)
+    .venv/bin/python -m benchmarks.transcribe --long             # one ~5 min file
+    .venv/bin/python -m benchmarks.transcribe --quick            # smoke run: tiny.en, 4 clips
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import glob
-import importlib.util
-import os
 import sys
 from typing import List, Optional
 
-import seq2seq_engine  # noqa: F401,E402,I001 - first: its OpenMP defaults must precede torch
+import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must precede torch
 
 # isort: split
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np  # noqa: E402
-import transformers  # noqa: E402
-from common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header,  # noqa: E402
-                    reference_run, run_rounds, speed_table)
-from wer import corpus_wer  # noqa: E402
-from whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours  # noqa: E402
+import transformers
 
-from seq2seq_engine.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from seq2seq_engine.model_loader.resolver import resolve_model_path  # noqa: E402
-
-
-@dataclasses.dataclass
-class Clip:
-    name: str
-    language: str          # the folder's language (the reference's)
-    samples: np.ndarray
-    reference: Optional[str]
+from benchmarks.lib.clips import Clip, load_clips, long_clip
+from benchmarks.lib.common import (EngineRun, EngineSpec, add_timing_args, ct2_installed, print_run_header,
+                                   reference_run, run_rounds, speed_table)
+from benchmarks.lib.wer import corpus_wer
+from benchmarks.lib.whisper_engines import WhisperJob, run_ct2, run_hf, run_hf_longform, run_ours
+from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.model_loader.resolver import resolve_model_path
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,45 +54,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.repeat_to, args.long_seconds = 4, 40.0
     args.model = args.model or ("whisper-tiny.en" if args.quick else "whisper-base")
     return args
-
-
-# ---------------------------------------------------------------------------------------------- clips
-def sample_dir() -> str:
-    spec = importlib.util.find_spec("pytest_audioeval")
-    if spec is None:
-        raise SystemExit("pytest-audioeval is not installed")
-    return os.path.join(list(spec.submodule_search_locations)[0], "samples", "audio")
-
-
-def load_clips(which: str, repeat_to: int) -> List[Clip]:
-    clips = []
-    for path in sorted(glob.glob(os.path.join(sample_dir(), "*", "*.wav"))):
-        language = os.path.basename(os.path.dirname(path))
-        if which == "en" and language != "en":
-            continue
-        ref_path = path[:-4] + ".txt"
-        reference = open(ref_path, encoding="utf-8").read().strip() if os.path.exists(ref_path) else None
-        clips.append(Clip(f"{language}/{os.path.basename(path)}", language, load_audio(path), reference))
-    base = list(clips)
-    while len(clips) < repeat_to:
-        # each repeat slightly quieter: the same speech, other features, so no engine's encoder cache (ours keeps
-        # a window's encoder output by its features) reuses the work of an earlier copy, as in a folder of recordings
-        clip, repeat = base[len(clips) % len(base)], len(clips) // len(base)
-        clips.append(dataclasses.replace(clip, samples=(clip.samples * (1.0 - 0.002 * repeat)).astype(np.float32)))
-    return clips[:repeat_to] if repeat_to else clips
-
-
-def long_clip(clips: List[Clip], seconds: float) -> Clip:
-    """Clips joined with 1 s silences (cycling) up to `seconds`; the reference is their references joined."""
-    pieces, refs, total, i = [], [], 0, 0
-    silence = np.zeros(SAMPLE_RATE, np.float32)
-    while total < seconds * SAMPLE_RATE:
-        clip = clips[i % len(clips)]
-        pieces += [clip.samples, silence]
-        refs.append(clip.reference or "")
-        total += len(clip.samples) + len(silence)
-        i += 1
-    return Clip(f"long({i} clips)", clips[0].language, np.concatenate(pieces), " ".join(refs))
 
 
 # ---------------------------------------------------------------------------------------------- report

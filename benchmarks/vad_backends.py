@@ -1,6 +1,6 @@
 """Silero VAD speed and agreement per way of running it: TorchScript or ONNX, frame by frame or batched.
 
-    python benchmarks/vad_backends.py [--seconds 300] [--repeat 3] [--threads 1] [--quick]
+    python -m benchmarks.vad_backends [--seconds 300] [--repeat 3] [--threads 1] [--quick]
 
 The audio is the English pytest-audioeval clips cycled with 0.5-4 s of low noise between them, cut to `--seconds`.
 Rows (all from the silero-vad wheel's files; the ONNX rows need onnxruntime, the `bench` extra, else skipped):
@@ -16,20 +16,17 @@ side of 0.5, and whether the speech regions (default VadOptions) equal jit-frame
 """
 import argparse
 import os
-import sys
 import time
 from typing import Callable, Dict, List
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import print_markdown, print_run_header  # noqa: E402
-from transcribe import load_clips  # noqa: E402
-
-from seq2seq_engine.audio import SAMPLE_RATE  # noqa: E402
-from seq2seq_engine.audio.silero import CONTEXT_SAMPLES, FRAME_SAMPLES, SileroVad, model_path  # noqa: E402
-from seq2seq_engine.audio.vad import VadOptions, regions_from_probabilities  # noqa: E402
+from benchmarks.lib.clips import load_clips
+from benchmarks.lib.common import print_markdown, print_run_header
+from seq2seq_engine.audio import SAMPLE_RATE
+from seq2seq_engine.audio.silero import CONTEXT_SAMPLES, FRAME_SAMPLES, SileroVad, model_path
+from seq2seq_engine.audio.vad import VadOptions, regions_from_probabilities
 
 
 def test_audio(seconds: float) -> np.ndarray:

@@ -4,10 +4,10 @@
 # run whatever happened:
 #   kernels  the Triton kernel tests (their CUDA cases)   pytest -m gpu_kernel tests/kernels/test_triton_*.py
 #   cuda     the CUDA correctness tests                  pytest tests/cuda
-#   bench    the throughput benchmark against HF         benchmarks/gpu_throughput.py
-#   fp8      the same for Whisper with a float8 KV cache  benchmarks/gpu_throughput.py --kv-cache-dtype fp8
+#   bench    the throughput benchmark against HF         python -m benchmarks.gpu_throughput
+#   fp8      the same for Whisper with a float8 KV cache  python -m benchmarks.gpu_throughput --kv-cache-dtype fp8
 #   other    every other test marked cuda                pytest -m "cuda and not gpu_kernel" (their folders)
-#   sweep    the decode kernel's settings against SDPA   benchmarks/gpu_decode_kernel.py
+#   sweep    the decode kernel's settings against SDPA   python -m benchmarks.gpu_decode_kernel
 # STEPS picks some, in that order (default: all), e.g. STEPS="sweep bench" BENCH_ARGS="--profile".
 # Everything is tee'd to $OUT/gpu_check.log; $OUT also gets the JUnit XML of the tests and gpu_throughput.json.
 # Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
@@ -99,17 +99,17 @@ wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m 
     --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py
 wants cuda && step "cuda tests" "${CUDA_TIMEOUT:-100}" "${PYTEST[@]}" --junitxml="$OUT/cuda_tests.xml" tests/cuda
 # shellcheck disable=SC2086  # BENCH_ARGS: extra flags, split on spaces
-wants bench && step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" benchmarks/gpu_throughput.py "${BENCH_DEFAULT[@]}" ${BENCH_ARGS:-}
+wants bench && step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput "${BENCH_DEFAULT[@]}" ${BENCH_ARGS:-}
 # our engine with a float8 KV cache against HF (Whisper: the cross reads are most of a decode step's traffic)
 if [[ $GPU == 1 ]]; then
-    wants fp8 && step "gpu throughput, fp8 KV cache" "${FP8_TIMEOUT:-120}" "$PYTHON" benchmarks/gpu_throughput.py \
+    wants fp8 && step "gpu throughput, fp8 KV cache" "${FP8_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_throughput \
         --workloads whisper --kv-cache-dtype fp8 --out "$OUT/gpu_throughput_fp8.json"
 fi
 # the folders that hold tests marked cuda outside tests/cuda (others need packages the GPU image lacks)
 wants other && step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not gpu_kernel" \
     --junitxml="$OUT/other_cuda_tests.xml" tests/attention tests/platforms tests/worker tests/kernels
 if [[ $GPU == 1 ]]; then
-    wants sweep && step "decode kernel sweep" "${SWEEP_TIMEOUT:-120}" "$PYTHON" benchmarks/gpu_decode_kernel.py \
+    wants sweep && step "decode kernel sweep" "${SWEEP_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_decode_kernel \
         --out "$OUT/decode_kernel.json"
 fi
 

@@ -12,13 +12,13 @@ from seq2seq_engine.engine.input_processor import InputProcessor
 from seq2seq_engine.errors import ParameterError, ParameterTypeError, param_of
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.sampling_params import SamplingParams
-from seq2seq_engine.transcription.decode_params import suppress_ids
-from seq2seq_engine.transcription.input_source import InputFailed, InputSource
+from seq2seq_engine.transcription.decode.decode_params import suppress_ids
 from seq2seq_engine.transcription.live.options import LiveOptions, TurnDetection
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.output.results import FailureKind
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 from seq2seq_engine.transcription.prompts import WhisperTokens
-from seq2seq_engine.transcription.results import FailureKind
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.schedule.input_source import InputFailed, InputSource
 
 # The tiny.en layout (as test_transcription_units.py), and the same ids as a multilingual model's.
 EN = WhisperTokens(sot=50257, eot=50256, no_timestamps=50362, vocab_size=51864, max_target_positions=448,

@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 from seq2seq_engine.entrypoints.audio_files import AudioJob
 from seq2seq_engine.output_records import output_record
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.results import TranscriptionResult
+from seq2seq_engine.transcription.output.results import TranscriptionResult
 
 # Rows per batch handed to a replica: each batch is one continuous batch in its engine.
 DEFAULT_BATCH_SIZE = {"transcribe": 8, "text": 256}

@@ -37,8 +37,8 @@ from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments,
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter, pending_jobs, report_failures
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.results import OUTPUT_FORMATS, TranscriptionResult, render
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.results import OUTPUT_FORMATS, TranscriptionResult, render
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 EXIT_OK, EXIT_FAILED_INPUTS, EXIT_USAGE = 0, 1, 2
 EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 # TranscriptionOptions fields set by the decoding flags, only when given (argparse.SUPPRESS).
 _DECODING_FIELDS = ("temperature", "best_of", "compression_ratio_threshold", "log_prob_threshold",

@@ -7,8 +7,8 @@ import tempfile
 from typing import List, Sequence, TextIO, Tuple, Union
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, output_path
-from seq2seq_engine.transcription.results import TranscriptionResult, render
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.results import TranscriptionResult, render
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 
 def write_atomic(path: str, text: str) -> None:

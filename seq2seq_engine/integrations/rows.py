@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word
 
 # Sampling fields a prompt row may set (None: the replica's default); the `generate` flags' names.
 SAMPLING_FIELDS = ("max_tokens", "min_tokens", "beam_width", "length_penalty", "no_repeat_ngram_size",

@@ -8,16 +8,16 @@ windowed batch transcription and result formats.
     results = transcribe(llm, "a.wav", TranscriptionOptions(temperature=0.0, initial_prompt="Glossary: ..."))
     for index, result in iter_transcribe(llm, paths, vad_filter=True): ...   # each result as soon as it is done
 """
-from seq2seq_engine.transcription.fallback import compression_ratio
-from seq2seq_engine.transcription.language import detect_language
+from seq2seq_engine.transcription.decode.fallback import compression_ratio
+from seq2seq_engine.transcription.decode.language import detect_language
+from seq2seq_engine.transcription.decode.processors import (OnlyTokens, SuppressTokens, SuppressTokensAtBegin,
+                                                            WhisperTimestamps, whisper_processors)
 from seq2seq_engine.transcription.options import DEFAULT_TEMPERATURES, TranscriptionOptions
+from seq2seq_engine.transcription.output.results import (OUTPUT_FORMATS, Segment, TranscriptionResult, Word,
+                                                         format_timestamp, render, to_srt, to_vtt)
 from seq2seq_engine.transcription.pipeline import iter_transcribe, transcribe
-from seq2seq_engine.transcription.processors import (OnlyTokens, SuppressTokens, SuppressTokensAtBegin,
-                                                     WhisperTimestamps, whisper_processors)
 from seq2seq_engine.transcription.prompts import DEFAULT_MAX_NEW_TOKENS, WhisperTokens
-from seq2seq_engine.transcription.results import (OUTPUT_FORMATS, Segment, TranscriptionResult, Word, format_timestamp,
-                                                  render, to_srt, to_vtt)
-from seq2seq_engine.transcription.segments import WindowTokens, split_segments, stitch
+from seq2seq_engine.transcription.timing.segments import WindowTokens, split_segments, stitch
 
 __all__ = [
     "transcribe", "iter_transcribe", "TranscriptionOptions", "DEFAULT_TEMPERATURES", "compression_ratio",

@@ -6,16 +6,16 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.audio import encoder_window_samples
 from seq2seq_engine.engine_port import EnginePort
-from seq2seq_engine.transcription.engine_requests import RequestsInFlight
-from seq2seq_engine.transcription.in_flight import default_windows_in_flight
-from seq2seq_engine.transcription.input_source import InputFailed, InputSource
+from seq2seq_engine.transcription.input.vad_windows import window_vad_options
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult
 from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
-from seq2seq_engine.transcription.request_queue import RequestQueue
-from seq2seq_engine.transcription.result_assembler import ResultAssembler
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult
-from seq2seq_engine.transcription.vad_windows import window_vad_options
-from seq2seq_engine.transcription.window_decoder import WindowDecoder
+from seq2seq_engine.transcription.schedule.engine_requests import RequestsInFlight
+from seq2seq_engine.transcription.schedule.in_flight import default_windows_in_flight
+from seq2seq_engine.transcription.schedule.input_source import InputFailed, InputSource
+from seq2seq_engine.transcription.schedule.request_queue import RequestQueue
+from seq2seq_engine.transcription.schedule.result_assembler import ResultAssembler
+from seq2seq_engine.transcription.schedule.window_decoder import WindowDecoder
 
 logger = logging.getLogger(__name__)
 

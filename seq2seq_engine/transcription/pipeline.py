@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from seq2seq_engine.transcription.input_source import is_single_input
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.options import TranscriptionOptions, resolve_options
-from seq2seq_engine.transcription.results import TranscriptionResult
+from seq2seq_engine.transcription.output.results import TranscriptionResult
+from seq2seq_engine.transcription.schedule.input_source import is_single_input
 
 
 def _steps(job: TranscriptionJob) -> Iterator[None]:

@@ -128,7 +128,7 @@ def test_vad_reads_a_long_file_as_two_streams_never_whole():
     from silent_media import silent_file
 
     from seq2seq_engine.audio.vad import VadOptions
-    from seq2seq_engine.transcription.window_source import WindowReader
+    from seq2seq_engine.transcription.input.window_source import WindowReader
     seconds = 2 * LONG_SECONDS
     data = silent_file(seconds)
     tracemalloc.start()
@@ -144,7 +144,7 @@ def test_vad_reads_a_long_file_as_two_streams_never_whole():
         WindowReader(data, WINDOW, vad=VadOptions(), max_seconds=60).next_window()
     path_audio = np.tile(load_audio(speech_clip()[0]), 40)[:150 * 16000]
     whole = WindowReader(path_audio, WINDOW, vad=VadOptions())  # speech: the windows as the one-pass reading cut them
-    from seq2seq_engine.transcription.vad_windows import detect_speech_windows
+    from seq2seq_engine.transcription.input.vad_windows import detect_speech_windows
     expected = detect_speech_windows(path_audio, VadOptions(), WINDOW)
     cuts = iter(whole.next_window, None)
     for window, (start, samples, time_map) in zip(expected, cuts, strict=True):

@@ -16,9 +16,10 @@ FASTER_WHISPER = importlib.util.find_spec("faster_whisper") is not None
 
 
 def run_script(name: str, *args: str) -> str:
-    """The script's stdout; it must exit 0 and report no failed engine."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", "--threads", "1",
-                             *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    """The stdout of `python -m benchmarks.<name> --quick --threads 1 ...`; it must exit 0 and report no failed
+    engine."""
+    result = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick", "--threads", "1", *args],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "FAILED" not in result.stdout, result.stdout
     return result.stdout
@@ -67,7 +68,7 @@ def test_throughput_quick_greedy(workload):
         require_model("smollm2-135m")
     every_engine = workload == "bart"
     engines = [] if every_engine else ["--engines", "ours,hf", "--ours-dtypes", "float32"]
-    stdout = run_script("throughput.py", "--workload", workload, *engines)
+    stdout = run_script("throughput", "--workload", workload, *engines)
     (table,) = parse_tables(stdout)
     if every_engine:
         check_table(table, expected_rows())
@@ -83,7 +84,7 @@ def test_throughput_quick_greedy(workload):
 
 
 def test_throughput_quick_beam_search_bart():
-    stdout = run_script("throughput.py", "--workload", "bart", "--beam", "4", "--engines", "ours,hf",
+    stdout = run_script("throughput", "--workload", "bart", "--beam", "4", "--engines", "ours,hf",
                         "--ours-dtypes", "float32", "--num-prompts", "4")
     (table,) = parse_tables(stdout)
     assert "### bart (beam 4)" in stdout
@@ -95,7 +96,7 @@ def test_throughput_quick_beam_search_bart():
 def test_transcribe_quick_greedy():
     require_model("whisper-tiny.en")
     require_speech_clips()
-    stdout = run_script("transcribe.py", "--ours-dtypes", "float32", "--ct2-dtypes", "int8")
+    stdout = run_script("transcribe", "--ours-dtypes", "float32", "--ct2-dtypes", "int8")
     (table,) = parse_tables(stdout)
     check_table(table, [("ours", "float32"), ("hf", "float32")] + ([("ct2", "int8")] if CT2 else []))
     assert row(table, "hf", "float32")["same as ours-float32"] == "100%"
@@ -106,7 +107,7 @@ def test_long_transcribe_quick_builds_a_recording_and_reports_every_engine():
     """Our row always; the faster-whisper rows only where faster-whisper (the `bench` extra) is installed."""
     require_model("whisper-tiny.en")
     require_speech_clips()
-    stdout = run_script("long_transcribe.py", "--vad-filter", "on", "--temperature", "0")
+    stdout = run_script("long_transcribe", "--vad-filter", "on", "--temperature", "0")
     (table,) = parse_tables(stdout)
     fw = [(mode, t) for mode in ("fw-seq", "fw-batched") for t in ("float32", "int8")] if FASTER_WHISPER else []
     assert [(r["engine"], r["dtype"]) for r in table] == [("ours", "float32")] + fw
@@ -131,7 +132,7 @@ def test_long_transcribe_quick_builds_a_recording_and_reports_every_engine():
 
 def test_vad_backends_quick_agree_with_the_modules_own_forward():
     require_speech_clips()
-    (table,) = parse_tables(run_script("vad_backends.py"))
+    (table,) = parse_tables(run_script("vad_backends"))
     expected = ["jit-frames", "jit-batched"] + (["onnx-frames", "onnx-blocks"] if importlib.util.find_spec(
         "onnxruntime") else [])
     assert [r["engine"] for r in table] == expected
@@ -141,7 +142,7 @@ def test_vad_backends_quick_agree_with_the_modules_own_forward():
 
 
 def test_profile_step_quick_splits_a_prefill_and_a_decode_step_into_categories():
-    stdout = run_script("profile_step.py", "--workload", "decoder")
+    stdout = run_script("profile_step", "--workload", "decoder")
     assert stdout.startswith("argv: ") and " UTC" in stdout and "cpu " in stdout
     titles = re.findall(r"^(first prefill step \(128 of the 4 x 32 prompt tokens.*|decode step \(batch 4\)): "
                         r"([0-9.]+) ms$", stdout, re.M)
@@ -153,7 +154,7 @@ def test_profile_step_quick_splits_a_prefill_and_a_decode_step_into_categories()
 
 def test_profile_step_wall_quick_reports_prefill_and_decode_steps():
     require_model("smollm2-135m")
-    stdout = run_script("profile_step.py", "--mode", "wall")
+    stdout = run_script("profile_step", "--mode", "wall")
     prefill = re.search(r"prefill step: ([0-9.]+) s", stdout)
     decode = re.search(r"decode steps: median ([0-9.]+) ms, min ([0-9.]+), max ([0-9.]+) over (\d+) steps", stdout)
     assert prefill and decode, stdout
@@ -163,7 +164,7 @@ def test_profile_step_wall_quick_reports_prefill_and_decode_steps():
 
 def test_profile_step_linears_quick_times_every_row_count_on_each_packing():
     from seq2seq_engine.kernels.native_linear import panel_linear_available
-    stdout = run_script("profile_step.py", "--mode", "linears")
+    stdout = run_script("profile_step", "--mode", "linears")
     assert re.search(r"### quick: one decode step's linears \((\d+) MB", stdout), stdout
     lines = [line for line in stdout.splitlines() if re.match(r"\| \d+ \|", line)]
     assert [line.split("|")[1].strip() for line in lines] == ["1", "9"]
@@ -182,16 +183,14 @@ def test_profile_step_linears_quick_times_every_row_count_on_each_packing():
 
 def test_profile_step_linears_shapes_are_a_whole_decoder_step():
     """T5-base: 12 layers of self q/k/v, self out, cross q, cross out, gated wi, wo, then the 32128-token head."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from profile_step import step_shapes
+    from benchmarks.profile_step import step_shapes
     shapes = step_shapes("t5")
     assert len(shapes) == 12 * 6 + 1 and shapes[-1] == (768, 32128)
     assert sum(k * n for k, n in shapes) * 4 == 12 * 4 * (768 * (2304 + 3 * 768 + 4096) + 2048 * 768) + 4 * 768 * 32128
 
 
 def test_linear_kernels_floor_step_plan_packs_prompts_then_decodes_live_requests():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from floor_replay import step_plan
+    from benchmarks.lib.floor_replay import step_plan
 
     # prompts of 3 and 4 tokens fit a budget of 8 together, the 5-token one does not; requests want 2, 3, 1 tokens.
     # Decode step g (token g+1) runs the requests wanting more than g tokens, each reading prompt + g cached tokens.
@@ -202,7 +201,7 @@ def test_linear_kernels_floor_step_plan_packs_prompts_then_decodes_live_requests
 
 def test_linear_kernels_floor_quick_reports_every_engine():
     require_model("smollm2-135m")
-    stdout = run_script("linear_kernels.py", "--mode", "floor")   # one round (run_rounds' order: its own test)
+    stdout = run_script("linear_kernels", "--mode", "floor")   # one round (run_rounds' order: its own test)
     (table,) = parse_tables(stdout)
     walls = {r["engine"]: float(r["wall s (best)"]) for r in table}
     for r in table:
@@ -221,7 +220,7 @@ def test_linear_kernels_floor_quick_reports_every_engine():
 
 
 def test_linear_kernels_builds_quick_times_each_candidate_in_its_own_process():
-    stdout = run_script("linear_kernels.py", "--mode", "builds", "--candidates", "F.linear-avx2,onednn-avx2")
+    stdout = run_script("linear_kernels", "--mode", "builds", "--candidates", "F.linear-avx2,onednn-avx2")
     assert stdout.startswith("argv: ") and " UTC" in stdout and "cpu " in stdout and "calls=3" in stdout
     assert "| rows | K -> N | F.linear-avx2 | onednn-avx2 |" in stdout and "failed" not in stdout, stdout
     rows = [line.strip("|").split("|") for line in stdout.splitlines() if re.match(r"\| \d+ \| \d+ -> \d+ \|", line)]
@@ -230,8 +229,7 @@ def test_linear_kernels_builds_quick_times_each_candidate_in_its_own_process():
 
 
 def test_merge_runs_keeps_the_faster_run_every_wall_and_the_higher_peaks():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from common import EngineRun, merge_runs
+    from benchmarks.lib.common import EngineRun, merge_runs
     first = EngineRun("ours", "float32", 3.0, [[1]], 100.0, 200.0, 300.0, walls=[3.0, 3.5])
     second = EngineRun("ours", "float32", 2.5, [[2]], 110.0, 150.0, 320.0, walls=[2.5])
     merged = merge_runs(merge_runs(None, first), second)
@@ -240,8 +238,7 @@ def test_merge_runs_keeps_the_faster_run_every_wall_and_the_higher_peaks():
 
 
 def test_run_rounds_interleaves_the_engines_keeps_the_fastest_and_drops_a_failed_one(monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import common
+    from benchmarks.lib import common
     order, walls = [], {"a": iter([3.0, 2.0]), "b": iter([1.0, 4.0])}
 
     def fake_isolated(target, *args):

@@ -13,7 +13,7 @@ ENGLISH_CLIPS = 1   # --quick: the first clip of pytest-audioeval's en/ folder
 
 def run_quick(tmp_path, workloads: str) -> dict:
     out = tmp_path / "cache_reuse.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cache_reuse.py"), "--quick",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.cache_reuse", "--quick",
                              "--threads", "1", "--workloads", workloads, "--out", str(out)],
                             capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -25,7 +25,7 @@ def _table(lines, first_cell):
 def test_cold_start_quick():
     require_model("whisper-tiny.en")
     require_speech_clips()
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cold_start.py"), "--quick",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.cold_start", "--quick",
                              "--threads", "1"], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_tiny_cpu_run_writes_json_and_table(tmp_path):
     out = tmp_path / "gpu_throughput.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_throughput.py"), "--tiny",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.gpu_throughput", "--tiny",
                              "--device", "cpu", "--rounds", "2", "--out", str(out)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -34,8 +34,7 @@ def test_tiny_cpu_run_writes_json_and_table(tmp_path):
 def test_every_run_of_ours_runs_its_encoders_again(tmp_path):
     """A round after the warm-up on the same inputs reads no cached encoder output (the encoder cache would skip the
     encoders and inflate our speed)."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import gpu_workloads as gw
+    from benchmarks.lib import gpu_workloads as gw
     args = gw.tiny_cpu_args(max_batch=4, bart_docs=3, whisper_new_tokens=2, bart_new_tokens=2, bart_min_len=8,
                             bart_max_len=16)
     whisper = gw.whisper_setup(args, str(tmp_path / "whisper"))

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_small_run_prints_the_table_and_the_tokens(tmp_path):
     tokens_out = tmp_path / "tokens.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "host_overhead.py"), "--rounds", "1",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.host_overhead", "--rounds", "1",
                              "--whisper-windows", "3", "--whisper-new-tokens", "4", "--bart-docs", "5",
                              "--bart-new-tokens", "3", "--tokens-out", str(tokens_out)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -1,17 +1,13 @@
-"""benchmarks/long_audio.py: the built recordings' bookkeeping (parts, speech spans, reference) and the gap words."""
+"""benchmarks/lib/long_audio.py: the recordings' bookkeeping (parts, speech spans, reference) and the gap words."""
 import json
-import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 import soundfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import long_audio  # noqa: E402
-from long_audio import Part  # noqa: E402
+from benchmarks.lib import long_audio
+from benchmarks.lib.long_audio import Part
 
 SR = long_audio.SAMPLE_RATE
 

@@ -1,12 +1,8 @@
 """The CPU line of the benchmark headers: model, vendor, family/model numbers and the matmul-relevant flags."""
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-
-from common import environment_line  # noqa: E402
-from machine import cpu_description, last_level_cache_bytes, read_cpuinfo  # noqa: E402
+from benchmarks.lib.common import environment_line
+from benchmarks.lib.machine import cpu_description, last_level_cache_bytes, read_cpuinfo
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

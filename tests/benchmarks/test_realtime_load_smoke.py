@@ -10,12 +10,10 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 pytest.importorskip("websockets")
 pytest.importorskip("pytest_audioeval")
-import realtime_streams  # noqa: E402
-from long_audio import Part, Recording  # noqa: E402
-
+from benchmarks.lib import realtime_streams  # noqa: E402
+from benchmarks.lib.long_audio import Part, Recording  # noqa: E402
 from seq2seq_engine.audio import SAMPLE_RATE  # noqa: E402
 from seq2seq_engine.transcription.live import TurnDetection  # noqa: E402
 
@@ -24,7 +22,7 @@ FASTER_WHISPER = importlib.util.find_spec("faster_whisper") is not None
 
 def test_quick_run_transcribes_the_turn_with_both_engines(tmp_path):
     out = tmp_path / "realtime.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "realtime_load.py"), "--quick",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.realtime_load", "--quick",
                              "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = json.loads(out.read_text())

@@ -13,7 +13,7 @@ from av_media import encode, speech_clip
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, find_audio_files, output_path
 from seq2seq_engine.entrypoints.transcribe_outputs import is_done, pending_jobs, write_atomic
-from seq2seq_engine.transcription.results import TranscriptionResult, render
+from seq2seq_engine.transcription.output.results import TranscriptionResult, render
 
 
 def _touch(folder, *names):

@@ -12,8 +12,8 @@ from seq2seq_engine.entrypoints.audio_files import AudioJob
 from seq2seq_engine.entrypoints.transcribe_flags import SUBTITLE_TIMING, options_from_args, subtitle_options
 from seq2seq_engine.entrypoints.transcribe_outputs import OutputWriter
 from seq2seq_engine.integrations.rows import result_to_row, row_to_result
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word, render
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 
 def _args(*flags):

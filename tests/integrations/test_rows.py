@@ -12,7 +12,7 @@ from seq2seq_engine.integrations.ray_jobs import RayJob
 from seq2seq_engine.integrations.rows import (audio_options, audio_source, batch_to_rows, prompt_of_row, relabel,
                                               result_to_row, row_to_result, sampling_of_row)
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word
 
 
 def test_a_batch_becomes_plain_rows_with_none_where_ray_data_wrote_nan():

@@ -60,8 +60,8 @@ def test_whisper_base_int8_transcribes_clear_clips_as_float32(whisper_base):
 
 
 def _bench(*args):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "linear_kernels.py"), "--quick",
-                             "--threads", "1", *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.linear_kernels", "--quick", "--threads", "1", *args],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 

@@ -9,8 +9,8 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription.windows import features_for
-from seq2seq_engine.transcription.word_timestamps import WordAligner
+from seq2seq_engine.transcription.input.windows import features_for
+from seq2seq_engine.transcription.timing.word_timestamps import WordAligner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,9 +1,9 @@
 """hallucination_silence_threshold: openai-whisper's anomaly scores and silence tests, worked by hand."""
 import pytest
 
-from seq2seq_engine.transcription.hallucination import (drop_segments, hallucinated_segments, is_segment_anomaly,
-                                                        word_anomaly_score)
-from seq2seq_engine.transcription.words import WordTiming
+from seq2seq_engine.transcription.decode.hallucination import (drop_segments, hallucinated_segments, is_segment_anomaly,
+                                                               word_anomaly_score)
+from seq2seq_engine.transcription.timing.words import WordTiming
 
 
 def _word(start, end, probability=0.9, text=" word"):

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from seq2seq_engine.transcription.in_flight import (KV_BUDGET_BYTES, MAX_WINDOWS, default_windows_in_flight,
-                                                    window_kv_bytes)
+from seq2seq_engine.transcription.schedule.in_flight import (KV_BUDGET_BYTES, MAX_WINDOWS, default_windows_in_flight,
+                                                             window_kv_bytes)
 
 SR = 16000
 

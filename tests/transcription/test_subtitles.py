@@ -1,4 +1,4 @@
-"""srt/vtt cue cutting (transcription/subtitles.py) on hand-made segments and words: line width and count, breaks
+"""srt/vtt cue cutting (transcription/output/subtitles.py) on hand-made segments and words: line width and count, breaks
 at punctuation, long words, CJK text, interpolated times, pauses, the 7 s cap, highlight_words, validation; the
 output read back by the `srt` and `webvtt-py` parsers; json keeps the decoder's segments."""
 import io
@@ -7,10 +7,10 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from seq2seq_engine.transcription.cue_timing import MIN_CUE_SECONDS, to_milliseconds
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
-from seq2seq_engine.transcription.subtitles import (MAX_CUE_SECONDS, PAUSE_SECONDS, SubtitleOptions, subtitle_cues,
-                                                    subtitle_options)
+from seq2seq_engine.transcription.output.cue_timing import MIN_CUE_SECONDS, to_milliseconds
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
+from seq2seq_engine.transcription.output.subtitles import (MAX_CUE_SECONDS, PAUSE_SECONDS, SubtitleOptions,
+                                                           subtitle_cues, subtitle_options)
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")

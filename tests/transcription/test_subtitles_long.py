@@ -1,24 +1,20 @@
-"""srt from the real CLI on a minute of speech between pauses, noise and music (benchmarks/long_audio.py, built
+"""srt from the real CLI on a minute of speech between pauses, noise and music (benchmarks/lib/long_audio.py, built
 from the bundled clips and espeak-ng sentences) with whisper-tiny.en: by default (word timings) every cue within the
 limits, none across a pause of the word timings, each timed by the words it shows (but for minimal durations) and
 inside the recording's speech; with --timestamps (timestamp tokens, no word timings) within the limits and inside
 the speech too."""
 import json
-import os
 import shutil
-import sys
 
 import pytest
 from conftest import require_speech_clips
 
+from benchmarks.lib import long_audio
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription.cue_timing import MIN_CUE_SECONDS
-from seq2seq_engine.transcription.subtitles import MAX_CUE_SECONDS, PAUSE_SECONDS
+from seq2seq_engine.transcription.output.cue_timing import MIN_CUE_SECONDS
+from seq2seq_engine.transcription.output.subtitles import MAX_CUE_SECONDS, PAUSE_SECONDS
 
 srt = pytest.importorskip("srt")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "benchmarks"))
-import long_audio  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOLERANCE = 0.6  # s: a word's DTW time next to silence, VAD's 0.4 s padding

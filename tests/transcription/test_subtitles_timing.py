@@ -9,9 +9,9 @@ from conftest import require_speech_clips
 from hypothesis import given, settings, strategies as st
 
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription.cue_timing import MIN_CUE_SECONDS
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.cue_timing import MIN_CUE_SECONDS
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word, render
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")

@@ -16,8 +16,9 @@ import torch
 import transformers
 from conftest import require_model
 
-from seq2seq_engine.transcription import Segment, TranscriptionResult, pipeline as pipeline_module, result_assembler
+from seq2seq_engine.transcription import Segment, TranscriptionResult, pipeline as pipeline_module
 from seq2seq_engine.transcription.prompts import whisper_tokens_for
+from seq2seq_engine.transcription.schedule import result_assembler
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,11 +15,11 @@ from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.entrypoints import transcribe_cli
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.transcription import Segment, TranscriptionOptions, WindowTokens, stitch
-from seq2seq_engine.transcription.decode_params import DecodePlan, attempt_seed, suppress_ids
-from seq2seq_engine.transcription.fallback import (Attempt, Thresholds, Verdict, average_logprob, best_sample,
-                                                   compression_ratio, rank_score, verdict)
+from seq2seq_engine.transcription.decode.decode_params import DecodePlan, attempt_seed, suppress_ids
+from seq2seq_engine.transcription.decode.fallback import (Attempt, Thresholds, Verdict, average_logprob, best_sample,
+                                                          compression_ratio, rank_score, verdict)
+from seq2seq_engine.transcription.input.window_source import clip_windows
 from seq2seq_engine.transcription.options import resolve_options
-from seq2seq_engine.transcription.window_source import clip_windows
 
 
 # ---------------------------------------------------------------------------------------------- scores

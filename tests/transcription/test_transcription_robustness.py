@@ -10,8 +10,8 @@ import transformers
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.sampling_params import SamplingParams
-from seq2seq_engine.transcription import result_assembler
 from seq2seq_engine.transcription.prompts import whisper_tokens_for
+from seq2seq_engine.transcription.schedule import result_assembler
 
 pytestmark = pytest.mark.usefixtures("one_thread", "no_leaked_blocks")
 SR = 16000

@@ -10,7 +10,7 @@ import pytest
 from av_media import FORMATS, encode, speech_clip, video_only
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription import window_source
+from seq2seq_engine.transcription.input import window_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("av")

@@ -13,7 +13,7 @@ from transformers.generation.logits_process import (SuppressTokensAtBeginLogitsP
 from seq2seq_engine.transcription import (Segment, SuppressTokens, SuppressTokensAtBegin, TranscriptionResult,
                                           WhisperTimestamps, WhisperTokens, WindowTokens, format_timestamp,
                                           split_segments, stitch, to_srt, to_vtt, whisper_processors)
-from seq2seq_engine.transcription.processors import OnlyTokens
+from seq2seq_engine.transcription.decode.processors import OnlyTokens
 
 # The English-only vocabulary layout (tiny.en), for tests that need ids but no model.
 EN = WhisperTokens(sot=50257, eot=50256, no_timestamps=50362, vocab_size=51864, max_target_positions=448,

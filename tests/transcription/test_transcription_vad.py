@@ -13,7 +13,7 @@ from conftest import require_speech_clips
 
 from seq2seq_engine.audio import load_audio
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription import result_assembler
+from seq2seq_engine.transcription.schedule import result_assembler
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SR = 16000

@@ -1,11 +1,12 @@
-"""Packing speech regions into 30 s windows and mapping window times back (seq2seq_engine.transcription.vad_windows),
-on hand-computed cases; stitching a packed window's timestamp tokens into segments on the input's timeline."""
+"""Packing speech regions into 30 s windows and mapping window times back
+(seq2seq_engine.transcription.input.vad_windows), on hand-computed cases; stitching a packed window's timestamp tokens
+into segments on the input's timeline."""
 import numpy as np
 import pytest
 
 from seq2seq_engine.transcription import WindowTokens, stitch
-from seq2seq_engine.transcription.vad_windows import (TimeMap, pack_regions, speech_windows, split_long_regions,
-                                                      window_vad_options)
+from seq2seq_engine.transcription.input.vad_windows import (TimeMap, pack_regions, speech_windows, split_long_regions,
+                                                            window_vad_options)
 
 SR = 16000
 W = 30 * SR
@@ -120,7 +121,7 @@ def test_stitch_places_a_packed_windows_segments_on_the_input_timeline():
 def test_a_packed_windows_words_map_through_its_time_map_like_its_segments():
     from test_transcription_units import EN, ts
 
-    from seq2seq_engine.transcription.words import WordTiming
+    from seq2seq_engine.transcription.timing.words import WordTiming
     tokens = [ts(0.0), 100, ts(0.8), ts(1.8), 200, 201, ts(3.0), 300]
     window = WindowTokens(1.0, 3.5, tokens, TimeMap(regions((1, 3), (10, 11.5))))
     # Window times: " 200" straddles the splice at 2.0 s, mostly after it, so it lands in the 10-11.5 s region.
@@ -142,7 +143,7 @@ def test_a_packed_windows_words_map_through_its_time_map_like_its_segments():
 def test_a_segment_whose_words_fall_in_two_pieces_is_split_at_the_splice():
     from test_transcription_units import EN, ts
 
-    from seq2seq_engine.transcription.words import WordTiming
+    from seq2seq_engine.transcription.timing.words import WordTiming
 
     # One segment over the whole window (beam search often writes no timestamp at the splice at 2.0 s): its
     # words say where each part was said; placed whole, " 100 101" would be timed in the 10-11.5 s region.

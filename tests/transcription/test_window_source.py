@@ -10,8 +10,9 @@ import soundfile
 from seq2seq_engine.audio import iter_windows, load_audio
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.entrypoints import transcribe_cli
-from seq2seq_engine.transcription import TranscriptionOptions, window_source
-from seq2seq_engine.transcription.window_source import WindowReader, clip_spans, clip_stream, clip_windows
+from seq2seq_engine.transcription import TranscriptionOptions
+from seq2seq_engine.transcription.input import window_source
+from seq2seq_engine.transcription.input.window_source import WindowReader, clip_spans, clip_stream, clip_windows
 
 SR = 16000
 W = 30 * SR

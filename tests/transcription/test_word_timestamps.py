@@ -9,8 +9,8 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription.alignment import alignment_heads, alignment_pass
-from seq2seq_engine.transcription.timing import FRAME_SECONDS, alignment_matrix, token_start_frames
+from seq2seq_engine.transcription.timing.alignment import alignment_heads, alignment_pass
+from seq2seq_engine.transcription.timing.token_timing import FRAME_SECONDS, alignment_matrix, token_start_frames
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

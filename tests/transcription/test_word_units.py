@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq_engine.transcription.alignment import alignment_heads
-from seq2seq_engine.transcription.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
-from seq2seq_engine.transcription.timing import dtw, median_filter
-from seq2seq_engine.transcription.word_timestamps import distribute
-from seq2seq_engine.transcription.words import (WordTiming, merge_punctuations, split_on_spaces, split_on_unicode,
-                                                time_words)
+from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
+from seq2seq_engine.transcription.timing.alignment import alignment_heads
+from seq2seq_engine.transcription.timing.token_timing import dtw, median_filter
+from seq2seq_engine.transcription.timing.word_timestamps import distribute
+from seq2seq_engine.transcription.timing.words import (WordTiming, merge_punctuations, split_on_spaces,
+                                                       split_on_unicode, time_words)
 
 
 def _dtw_loop(x):

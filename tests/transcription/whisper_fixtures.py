@@ -4,7 +4,7 @@ KV block behind."""
 import pytest
 from conftest import require_model
 
-from seq2seq_engine.transcription import result_assembler
+from seq2seq_engine.transcription.schedule import result_assembler
 
 
 @pytest.fixture(scope="module")

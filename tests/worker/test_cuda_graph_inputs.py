@@ -171,7 +171,7 @@ def test_window_features_are_computed_on_the_engine_device():
 
     import numpy as np
 
-    from seq2seq_engine.transcription.windows import features_for
+    from seq2seq_engine.transcription.input.windows import features_for
 
     samples = np.random.default_rng(0).standard_normal(16000 * 7).astype(np.float32) * 0.1
     on_gpu = features_for(SimpleNamespace(num_mel_bins=128, max_encoder_len=1500, device=torch.device("cuda")), samples)

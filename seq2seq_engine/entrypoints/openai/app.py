@@ -13,7 +13,7 @@ from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyL
 from seq2seq_engine.entrypoints.openai.params import check_model_name, check_sampling_limits, check_text_size
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
-from seq2seq_engine.entrypoints.openai.realtime import add_realtime_route
+from seq2seq_engine.entrypoints.openai.realtime.route import add_realtime_route
 from seq2seq_engine.entrypoints.openai.state import ServedModels
 
 

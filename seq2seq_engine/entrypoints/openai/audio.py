@@ -19,7 +19,7 @@ from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.results import FailureKind, TranscriptionResult, render
+from seq2seq_engine.transcription.output.results import FailureKind, TranscriptionResult, render
 
 
 async def create_transcription(request: Request, models: ServedModels, task: str):

@@ -23,7 +23,7 @@ from seq2seq_engine.entrypoints.openai.limits import (MAX_AUDIO_PROMPT_CHARS, MA
 from seq2seq_engine.errors import param_of
 from seq2seq_engine.sampling_params import INT64_MAX
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")

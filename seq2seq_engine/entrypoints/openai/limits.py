@@ -5,7 +5,7 @@ import dataclasses
 from typing import Optional, Tuple, Union
 
 from seq2seq_engine.entrypoints.live_cli import MAX_QUEUED_BLOCKS
-from seq2seq_engine.entrypoints.openai.realtime_protocol import MAX_MESSAGE_BYTES, MAX_NAME_CHARS
+from seq2seq_engine.entrypoints.openai.realtime.protocol import MAX_MESSAGE_BYTES, MAX_NAME_CHARS
 from seq2seq_engine.transcription.live.options import MAX_PROMPT_CHARS, LiveOptions
 
 # The largest vocabulary of a common model (Gemma 3's 262144 tokens): a token-id set longer than it repeats ids.

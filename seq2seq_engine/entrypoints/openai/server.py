@@ -20,7 +20,7 @@ from seq2seq_engine.entrypoints.openai.app import build_app
 from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.metrics import MetricFamilies, ServerMetrics
-from seq2seq_engine.entrypoints.openai.realtime_protocol import MAX_MESSAGE_BYTES
+from seq2seq_engine.entrypoints.openai.realtime.protocol import MAX_MESSAGE_BYTES
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerSettings, ServerState
 
 logger = logging.getLogger(__name__)

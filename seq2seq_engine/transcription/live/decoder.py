@@ -10,14 +10,14 @@ import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.engine_port import EnginePort
-from seq2seq_engine.transcription.decode_params import DecodePlan, WindowPrompt
-from seq2seq_engine.transcription.fallback import compression_ratio
-from seq2seq_engine.transcription.language import detection_params, detection_prompt
+from seq2seq_engine.transcription.decode.decode_params import DecodePlan, WindowPrompt
+from seq2seq_engine.transcription.decode.fallback import compression_ratio
+from seq2seq_engine.transcription.decode.language import detection_params, detection_prompt
+from seq2seq_engine.transcription.decode.processors import SuppressTokensAtBegin
+from seq2seq_engine.transcription.input.windows import features_for
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.options import TranscriptionOptions
-from seq2seq_engine.transcription.processors import SuppressTokensAtBegin
 from seq2seq_engine.transcription.prompts import WhisperTokens, whisper_tokens_for
-from seq2seq_engine.transcription.windows import features_for
 
 # An interim decode gets at most 16 + 12 tokens per second of its audio (speech runs at 3-6 tokens a second): a
 # decode of a turn cut mid-word that falls into a repetition loop ends early instead of running to 224 tokens.

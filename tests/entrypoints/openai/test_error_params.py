@@ -9,14 +9,14 @@ from seq2seq_engine.entrypoints.openai.audio import _check_decoded
 from seq2seq_engine.entrypoints.openai.audio_form import AudioRequest, options_param
 from seq2seq_engine.entrypoints.openai.client import _param_of
 from seq2seq_engine.entrypoints.openai.errors import APIError
-from seq2seq_engine.entrypoints.openai.realtime_handler import _session_field
+from seq2seq_engine.entrypoints.openai.realtime.handler import _session_field
 from seq2seq_engine.entrypoints.transcribe_flags import subtitle_options
 from seq2seq_engine.errors import ParameterError, ParameterTypeError
 from seq2seq_engine.transcription.live.options import LiveOptions, TurnDetection
 from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.output.results import FailureKind, TranscriptionResult
+from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 from seq2seq_engine.transcription.prompts import WhisperTokens
-from seq2seq_engine.transcription.results import FailureKind, TranscriptionResult
-from seq2seq_engine.transcription.subtitles import SubtitleOptions
 
 EN = WhisperTokens(sot=50257, eot=50256, no_timestamps=50362, vocab_size=51864, max_target_positions=448,
                    is_multilingual=False, language_ids={"en": 50258}, transcribe=50358, translate=50357,

@@ -8,7 +8,7 @@ import pytest
 from transcription.live_script import SR, ScriptedVad, TextDecoder, feed, frames
 
 from seq2seq_engine.entrypoints.openai.interim_budget import InterimBudget
-from seq2seq_engine.entrypoints.openai.realtime_handler import _call_and_take, _Live
+from seq2seq_engine.entrypoints.openai.realtime.handler import _call_and_take, _Live
 from seq2seq_engine.transcription.live import LiveOptions, LiveSession
 
 

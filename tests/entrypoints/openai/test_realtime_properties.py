@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from realtime_utils import API_KEY, pause, pcm16, speech, transcription_update
 from server_utils import build_engine, running_server, wait_until_idle
 
-from seq2seq_engine.entrypoints.openai.realtime_handler import CloseSocket, RealtimeTranscription
-from seq2seq_engine.entrypoints.openai.realtime_live import LiveSessions
+from seq2seq_engine.entrypoints.openai.realtime.handler import CloseSocket, RealtimeTranscription
+from seq2seq_engine.entrypoints.openai.realtime.sessions import LiveSessions
 from seq2seq_engine.transcription.live import LiveOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from seq2seq_engine.entrypoints.openai.realtime_config import apply_update, session_json
-from seq2seq_engine.entrypoints.openai.realtime_protocol import (RealtimeError, SessionConfig, TurnSettings,
+from seq2seq_engine.entrypoints.openai.realtime.config import apply_update, session_json
+from seq2seq_engine.entrypoints.openai.realtime.protocol import (RealtimeError, SessionConfig, TurnSettings,
                                                                  decode_audio, error_event, live_event_json,
                                                                  parse_event)
 from seq2seq_engine.transcription.live import events as live

@@ -91,7 +91,7 @@ def test_word_timestamps_and_engine_extras(client, reference, clip):
 
 def test_subtitle_fields_give_the_cues_of_render_and_the_cli(client, model_dir, reference, clip, capsys):
     from seq2seq_engine.entrypoints import transcribe_cli
-    from seq2seq_engine.transcription.subtitles import SubtitleOptions
+    from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
     [expected] = reference.transcribe(clip, timestamps=True, word_timestamps=True, use_tqdm=False)
     options = SubtitleOptions(max_line_width=16, max_line_count=1, highlight_words=True)
     served = _transcribe(client, clip, response_format="srt",

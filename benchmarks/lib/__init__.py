@@ -1,0 +1,1 @@
+"""What the benchmark scripts share: engine runners, workloads, inputs, tables and the machine line."""

@@ -1,0 +1,1 @@
+"""Decode: one window's decoding: its prompt, logits processors, language detection, fallback, hallucinations."""
