@@ -23,9 +23,13 @@ def command(*args):
 
 
 def rss_mb(pid):
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        line = next(line for line in status if line.startswith("VmRSS:"))
-    return int(line.split()[1]) / 1024
+    """The process's resident memory in MB, or None once it has exited (a zombie's status has no VmRSS line)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            line = next((line for line in status if line.startswith("VmRSS:")), None)
+    except FileNotFoundError:
+        return None
+    return None if line is None else int(line.split()[1]) / 1024
 
 
 def _write_random(process, seconds, written):
@@ -53,7 +57,9 @@ def test_input_faster_than_real_time_is_held_back_and_memory_stays_flat(tmp_path
     try:
         while writer.is_alive() and process.poll() is None:
             time.sleep(1.0)
-            samples.append(rss_mb(process.pid))
+            rss = rss_mb(process.pid)
+            if rss is not None:  # the command may end between the checks above and this read
+                samples.append(rss)
         closed = time.monotonic()
         process.wait(timeout=120)
     finally:
