@@ -1,6 +1,7 @@
 """Word timestamps for one finished window: alignment pass, DTW token timing, words per segment."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, List, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +14,18 @@ from seq2seq_engine.transcription.timing.segments import split_segments
 from seq2seq_engine.transcription.timing.token_timing import (FRAME_SECONDS, alignment_matrix, scores_to_weights,
                                                               token_start_frames)
 from seq2seq_engine.transcription.timing.words import WordTiming, merge_punctuations, time_words, truncate_long_words
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowToAlign:
+    """One finished window whose words are wanted: its log-mel `features`, generated `token_ids`, language, task
+    and length in seconds."""
+
+    features: torch.Tensor
+    token_ids: Sequence[int]
+    language: str
+    task: str
+    duration: float
 
 
 class WordAligner:
@@ -85,6 +98,10 @@ class WordAligner:
         text_tokens = [t for _, _, segment_tokens in segments for t in segment_tokens]
         words, median = self.align(features, text_tokens, language, task, duration)
         return distribute(words, segments, duration, median)
+
+    def windows_words(self, windows: Sequence[WindowToAlign]) -> List[List[List[WordTiming]]]:
+        """window_words of each window (those that finish in the same engine step are aligned together)."""
+        return [self.window_words(w.features, w.token_ids, w.language, w.task, w.duration) for w in windows]
 
 
 def distribute(words: List[WordTiming], segments: Sequence[Any], duration: float,
