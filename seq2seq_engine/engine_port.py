@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, List, Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import Any, Iterable, List, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 
@@ -10,7 +10,30 @@ from seq2seq_engine.config import ModelConfig
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.outputs import RequestOutput
 
-CrossKV = List[Tuple[torch.Tensor, torch.Tensor]]  # per decoder layer: cross keys and values [S, d]
+
+@dataclasses.dataclass(frozen=True)
+class AlignmentRequest:
+    """One finished window to run teacher-forced (Whisper's word-timestamp alignment): its log-mel `features` (the
+    tensor its requests carried, so the encoder cache finds their cross K/V), the decoder input `token_ids`, and the
+    rows whose next token's probability is wanted: rows `first_scored_row` .. + `num_scored` - 1, each the
+    probability of the token that follows it in `token_ids`, softmax over the ids below `vocab_limit`."""
+
+    features: torch.Tensor
+    token_ids: Sequence[int]
+    first_scored_row: int
+    num_scored: int
+    vocab_limit: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AlignmentResult:
+    """The alignment heads' scaled cross-attention scores [heads, len(token_ids), encoder rows] (float32, softmax
+    not applied; row i is the query at input position i), the scored rows' token probabilities [num_scored], and
+    whether the window's cross K/V came from the engine's encoder cache (else its encoder ran again)."""
+
+    scores: torch.Tensor
+    token_probs: torch.Tensor
+    cross_kv_cached: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +128,10 @@ class EnginePort(Protocol):
         """Forget every cached block (prefix and encoder caches); False, changing nothing, while requests are
         unfinished."""
 
-    def cached_cross_kv(self, features: torch.Tensor, dtype: torch.dtype) -> Optional[CrossKV]:
-        """The cross K/V of the encoder cache's computed entry for the audio `features`, in `dtype`; None when no
-        computed entry is cached. Read between steps only."""
-
-    def alignment_model(self) -> torch.nn.Module:
-        """The loaded model, for a pass run beside the engine (Whisper's word-timestamp alignment): used between
-        steps, on the thread that steps the engine, never changed."""
+    def align(self, requests: Sequence[AlignmentRequest]) -> List[AlignmentResult]:
+        """Run finished Whisper windows teacher-forced through the model, together (their cross K/V read from the
+        encoder cache, or the encoder run again when evicted): the alignment heads' scores and the asked token
+        probabilities of each. Between steps only; ValueError for a model without an audio encoder."""
 
     def stats(self) -> EngineStats:
         """The queues, block pool and cumulative counts now."""

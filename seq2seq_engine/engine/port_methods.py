@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import torch
 
 from seq2seq_engine.config import CacheConfig, ModelConfig, SchedulerConfig
-from seq2seq_engine.core.content_keys import encoder_content_key
 from seq2seq_engine.core.scheduler import Scheduler
-from seq2seq_engine.engine_port import CrossKV, EngineStats
+from seq2seq_engine.engine.alignment_pass import AlignmentPass
+from seq2seq_engine.engine_port import AlignmentRequest, AlignmentResult, EngineStats
+from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.worker.cache_engine import CacheEngine, cache_block_bytes
 from seq2seq_engine.worker.model_runner import ModelRunner
 
@@ -25,6 +26,8 @@ class EnginePortMethods:
     scheduler: Scheduler
     cache_engine: CacheEngine
     model_runner: ModelRunner
+    generation_defaults: GenerationDefaults
+    _alignment_pass: Optional[AlignmentPass] = None   # made at the first align call
 
     # ------------------------------------------------------------ model facts
     @property
@@ -95,30 +98,9 @@ class EnginePortMethods:
             encoder_cache_hits=None if cross_cache is None else cross_cache.num_hits)
 
     # ------------------------------------------------------------ capabilities
-    def alignment_model(self) -> torch.nn.Module:
-        return self.model_runner.model
-
-    def cached_cross_kv(self, features: torch.Tensor, dtype: torch.dtype) -> Optional[CrossKV]:
-        """Per decoder layer (keys, values) [encoder length, d], in `dtype`, of the computed cross table of
-        `features` (the log-mel tensor a finished request carried as `input_features`: same values, dtype and
-        shape, so the same content key); None when no computed entry is cached (evicted, or the encoder cache is
-        off).
-
-        Read between engine steps only: an idle entry's blocks are evictable, and the next step may reuse them."""
-        cross_cache = self.scheduler.block_manager.cross_cache
-        if cross_cache is None:
-            return None
-        entry = cross_cache.find(encoder_content_key([], {"input_features": features}))
-        if entry is None or not entry.computed:
-            return None
-        encoder_len = self.max_encoder_len
-        device_cache = self.cache_engine.device_cache
-        block_size = device_cache[0][0].shape[1]
-        num_blocks = -(-encoder_len // block_size)
-        if len(entry.table) < num_blocks:
-            raise ValueError(f"cross entry {entry.key.hex()} has {len(entry.table)} blocks; an encoder output of "
-                             f"{encoder_len} rows needs {num_blocks}")
-        blocks = torch.tensor([block.block_number for block in entry.table[:num_blocks]], dtype=torch.long,
-                              device=device_cache[0][0].device)
-        return [tuple(cache[blocks].flatten(0, 1)[:encoder_len].flatten(1).to(dtype) for cache in layer_cache)
-                for layer_cache in device_cache]
+    def align(self, requests: Sequence[AlignmentRequest]) -> List[AlignmentResult]:
+        if self._alignment_pass is None:
+            self._alignment_pass = AlignmentPass(self.model_runner.model, self.hf_config,
+                                                 self.generation_defaults.values, self.max_encoder_len)
+        return self._alignment_pass.run(requests, self.scheduler.block_manager.cross_cache,
+                                        self.cache_engine.device_cache)

@@ -9,6 +9,7 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
+from seq2seq_engine.engine.alignment_pass import cached_cross_kv
 from seq2seq_engine.transcription.input.windows import features_for
 from seq2seq_engine.transcription.timing.word_timestamps import WordAligner
 
@@ -44,6 +45,11 @@ def tiny_without_cache(tiny_dir):
     return LLM(tiny_dir, kv_cache_space_gb=0.3, swap_space_gb=0.05, enable_encoder_cache=False)
 
 
+def _cached(engine, features):
+    return cached_cross_kv(engine.scheduler.block_manager.cross_cache, engine.cache_engine.device_cache, features,
+                           engine.max_encoder_len, torch.float32)
+
+
 def test_cached_cross_kv_are_hf_cross_projections(tiny_llm, tiny_dir):
     """After a window's request finishes, its cross table read back is HF's k_proj / v_proj of HF's encoder
     output, layer by layer; features the engine never saw have no cached table."""
@@ -51,7 +57,7 @@ def test_cached_cross_kv_are_hf_cross_projections(tiny_llm, tiny_dir):
     samples = _clip(CLIPS[0])
     tiny_llm.transcribe(samples, use_tqdm=False)
     features = features_for(engine, samples)  # what the window's requests carried
-    cross_kv = engine.cached_cross_kv(features, torch.float32)
+    cross_kv = _cached(engine, features)
     assert cross_kv is not None
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
@@ -61,7 +67,7 @@ def test_cached_cross_kv_are_hf_cross_projections(tiny_llm, tiny_dir):
             assert (keys - layer.encoder_attn.k_proj(encoded)).abs().max().item() < 2e-3
             assert (values - layer.encoder_attn.v_proj(encoded)).abs().max().item() < 2e-3
     assert len(cross_kv) == hf.config.decoder_layers
-    assert engine.cached_cross_kv(features + 0.5, torch.float32) is None
+    assert _cached(engine, features + 0.5) is None
 
 
 def test_word_times_from_cached_kv_match_the_encoder_path(tiny_llm, tiny_without_cache, aligners):

@@ -9,7 +9,8 @@ import transformers
 from conftest import require_model, require_speech_clips
 
 from seq2seq_engine.audio import load_audio
-from seq2seq_engine.transcription.timing.alignment import alignment_heads, alignment_pass
+from seq2seq_engine.engine_port import AlignmentRequest
+from seq2seq_engine.models.whisper_alignment import alignment_heads
 from seq2seq_engine.transcription.timing.token_timing import FRAME_SECONDS, alignment_matrix, token_start_frames
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -29,6 +30,32 @@ def _features(model_dir, name):
     return samples, extractor(samples, sampling_rate=16000, return_tensors="pt").input_features
 
 
+def _heads(llm):
+    engine = llm.llm_engine
+    return alignment_heads(engine.model_config.hf_config, engine.generation_defaults.values)
+
+
+def _text_rows(sequence, vocab_limit):
+    """The rows of `sequence` predicting its text tokens (ids below vocab_limit after the prompt): a range."""
+    first = next(i for i, t in enumerate(sequence) if t < vocab_limit)
+    last = max(i for i, t in enumerate(sequence) if t < vocab_limit)
+    return range(first - 1, last)
+
+
+def _engine_pass(llm, features, sequence, vocab_limit):
+    """The engine's alignment pass over `sequence`, its text rows scored: (scores, token probabilities)."""
+    rows = _text_rows(sequence, vocab_limit)
+    request = AlignmentRequest(features, sequence, rows.start, len(rows), vocab_limit)
+    result, = llm.llm_engine.align([request])
+    return result.scores, result.token_probs
+
+
+def _hf_probs(logits, sequence, vocab_limit):
+    """HF's probability of each text token of `sequence`, softmax over the ids below vocab_limit."""
+    rows = torch.tensor(list(_text_rows(sequence, vocab_limit)))
+    return logits[rows, :vocab_limit].softmax(-1)[torch.arange(len(rows)), torch.tensor(sequence)[rows + 1]]
+
+
 def _hf_generate(hf_model, features):
     """(generated sequence with its prompt, HF's token timestamps [len(sequence)])."""
     with torch.no_grad():
@@ -41,14 +68,15 @@ def _hf_generate(hf_model, features):
 def test_alignment_heads_match_hf_cross_attentions(tiny_llm, tiny_dir, hf_model, clip):
     _, features = _features(tiny_dir, clip)
     sequence, _ = _hf_generate(hf_model, features)
-    heads = alignment_heads(tiny_llm.llm_engine.model_config.hf_config, tiny_dir)
+    heads = _heads(tiny_llm)
     assert heads == [tuple(h) for h in hf_model.generation_config.alignment_heads]
     with torch.no_grad():
         hf = hf_model(input_features=features, decoder_input_ids=torch.tensor([sequence]), output_attentions=True)
     expected = torch.stack([hf.cross_attentions[layer][0, head] for layer, head in heads])
-    scores, logits = alignment_pass(tiny_llm.llm_engine.model_runner.model, features[0], sequence, heads)
+    eot = hf_model.generation_config.eos_token_id
+    scores, probs = _engine_pass(tiny_llm, features[0], sequence, eot)
     assert (scores.softmax(-1) - expected).abs().max().item() < 1e-4
-    assert (logits - hf.logits[0]).abs().max().item() < 1e-3
+    assert (probs - _hf_probs(hf.logits[0], sequence, eot)).abs().max().item() < 1e-4
 
 
 @pytest.mark.parametrize("clip", CLIPS)
@@ -56,8 +84,7 @@ def test_token_timestamps_match_hf(tiny_llm, tiny_dir, hf_model, clip):
     """HF's generate-time timing (prompt rows dropped, no re-normalisation) from our weights gives HF's times."""
     _, features = _features(tiny_dir, clip)
     sequence, hf_times = _hf_generate(hf_model, features)
-    heads = alignment_heads(tiny_llm.llm_engine.model_config.hf_config, tiny_dir)
-    scores, _ = alignment_pass(tiny_llm.llm_engine.model_runner.model, features[0], sequence[:-1], heads)
+    scores, _ = _engine_pass(tiny_llm, features[0], sequence[:-1], hf_model.generation_config.eos_token_id)
     prompt_len = 2  # <|startoftranscript|><|notimestamps|> (English-only model, no timestamps)
     assert sequence[1] == hf_model.generation_config.no_timestamps_token_id
     matrix = alignment_matrix(scores.softmax(-1)[:, prompt_len:])
@@ -153,14 +180,16 @@ def test_multilingual_words_and_alignment_heads_match_hf():
     tokenizer = llm.get_tokenizer()
     prompt = tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|es|>", "<|transcribe|>", "<|notimestamps|>"])
     sequence = prompt + tokenizer.encode(" " + results[0].text, add_special_tokens=False)
-    heads = alignment_heads(llm.llm_engine.model_config.hf_config, base_dir)
+    heads = _heads(llm)
     assert heads == [tuple(h) for h in hf_model.generation_config.alignment_heads]
     with torch.no_grad():
         hf = hf_model.eval()(input_features=features, decoder_input_ids=torch.tensor([sequence]),
                              output_attentions=True)
     expected = torch.stack([hf.cross_attentions[layer][0, head] for layer, head in heads])
-    scores, _ = alignment_pass(llm.llm_engine.model_runner.model, features[0], sequence, heads)
+    eot = hf_model.generation_config.eos_token_id
+    scores, probs = _engine_pass(llm, features[0], sequence, eot)
     assert (scores.softmax(-1) - expected).abs().max().item() < 1e-4
+    assert (probs - _hf_probs(hf.logits[0], sequence, eot)).abs().max().item() < 1e-4
 
 
 def test_cli_json_words_and_word_cues(tiny_dir, capsys):

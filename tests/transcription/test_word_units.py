@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from seq2seq_engine.models.whisper_alignment import alignment_heads
 from seq2seq_engine.transcription.output.results import Segment, TranscriptionResult, Word, render, to_srt, to_vtt
-from seq2seq_engine.transcription.timing.alignment import alignment_heads
 from seq2seq_engine.transcription.timing.token_timing import dtw, median_filter
 from seq2seq_engine.transcription.timing.word_timestamps import distribute
 from seq2seq_engine.transcription.timing.words import (WordTiming, merge_punctuations, split_on_spaces,
@@ -53,9 +53,10 @@ def test_median_filter_reflects_edges():
 def test_alignment_heads_default_to_the_last_half_of_the_decoder():
     class Config:
         decoder_layers, decoder_attention_heads = 4, 2
-    assert alignment_heads(Config()) == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    assert alignment_heads(Config(), {}) == [(2, 0), (2, 1), (3, 0), (3, 1)]
     Config.alignment_heads = [[1, 0], [3, 1]]
-    assert alignment_heads(Config()) == [(1, 0), (3, 1)]
+    assert alignment_heads(Config(), {}) == [(1, 0), (3, 1)]
+    assert alignment_heads(Config(), {"alignment_heads": [[2, 1]]}) == [(2, 1)]  # generation_config.json first
 
 
 PIECES = {1: " Hello", 2: ",", 3: " wor", 4: "ld", 5: " (", 6: " yes", 7: ")", 8: "!", 99: "<|endoftext|>"}

@@ -1,15 +1,14 @@
-"""Word timestamps for one finished window: alignment pass, DTW token timing, words per segment."""
+"""Word timestamps of finished windows: the engine's alignment pass, DTW token timing, words per segment."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from seq2seq_engine.engine_port import EnginePort
+from seq2seq_engine.engine_port import AlignmentRequest, AlignmentResult, EnginePort
 from seq2seq_engine.transcription.prompts import WhisperTokens
-from seq2seq_engine.transcription.timing.alignment import CrossKV, alignment_heads, alignment_pass, encoder_cross_kv
 from seq2seq_engine.transcription.timing.segments import split_segments
 from seq2seq_engine.transcription.timing.token_timing import (FRAME_SECONDS, alignment_matrix, scores_to_weights,
                                                               token_start_frames)
@@ -42,66 +41,68 @@ class WordAligner:
 
     The pass attends to the window's cross K/V as the engine cached them for its requests (the encoder cache keeps
     a finished request's cross table while the pool does not need its blocks), so the window's encoder ran once,
-    in the engine; when that entry is gone (evicted, or the cache is off) the plain-torch encoder computes them
-    and `num_encoder_runs` counts it. Call it between engine steps, in the thread that steps the engine.
+    in the engine; when that entry is gone (evicted, or the cache is off) the engine runs the window's encoder
+    again and `num_encoder_runs` counts it. Call it between engine steps, in the thread that steps the engine.
     """
 
     def __init__(self, engine: EnginePort, tokens: WhisperTokens) -> None:
         self.engine = engine
-        self.model = engine.alignment_model()
         self.tokenizer = engine.tokenizer
         self.tokens = tokens
-        self.heads = alignment_heads(engine.hf_config, engine.model_path)
         self.max_positions = engine.hf_config.max_target_positions
-        self.num_encoder_runs = 0    # windows whose cross K/V the plain-torch encoder computed (no cached entry)
+        self.num_encoder_runs = 0    # windows whose encoder the alignment pass ran again (no cached entry)
         self.num_cache_hits = 0      # windows aligned over the engine's cached cross K/V
-
-    def cross_kv(self, features: torch.Tensor) -> CrossKV:
-        """The window's cross K/V: the engine's cached ones when its entry is still there, else computed."""
-        dtype = self.model.model.decoder.embed_tokens.weight.dtype
-        cached = self.engine.cached_cross_kv(features, dtype)
-        if cached is not None:
-            self.num_cache_hits += 1
-            return cached
-        self.num_encoder_runs += 1
-        return encoder_cross_kv(self.model, features)
 
     def _decode(self, token_ids: List[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
 
-    def align(self, features: torch.Tensor, text_tokens: Sequence[int], language: str, task: str,
-              duration: float) -> Tuple[List[WordTiming], float]:
-        """(timed words (punctuation merged, possibly empty entries) of `text_tokens` in a window of
-        `duration` seconds whose log-mel features are `features` [n_mels, frames], median word duration)."""
-        prompt = self.tokens.prompt(language if self.tokens.is_multilingual else None, task, timestamps=False)
-        text_tokens = [int(t) for t in text_tokens][:self.max_positions - len(prompt) - 1]
-        if not text_tokens:
-            return [], 0.0
-        sequence = prompt + text_tokens + [self.tokens.eot]
-        text_rows = slice(len(prompt) - 1, len(prompt) - 1 + len(text_tokens))  # the rows predicting the text
-        scores, text_logits = alignment_pass(self.model, None, sequence, self.heads, self.cross_kv(features),
-                                             logit_rows=text_rows)
-        num_frames = max(1, min(scores.shape[-1], int(round(duration / FRAME_SECONDS))))
-        matrix = alignment_matrix(scores_to_weights(scores, num_frames))[len(prompt) - 1:-1]
-        text_logits = text_logits[:, :self.tokens.eot]
-        probs = text_logits.softmax(dim=-1)[torch.arange(len(text_tokens)), torch.tensor(text_tokens)]
-        words = time_words(text_tokens, probs.cpu().numpy(), token_start_frames(matrix), self._decode,
-                           self.tokens.eot, language, FRAME_SECONDS)
+    def _request(self, window: WindowToAlign,
+                 text_tokens: Sequence[int]) -> Tuple[List[int], Optional[AlignmentRequest]]:
+        """(the text tokens kept, the pass request: them after `sot [lang task] <|notimestamps|>` and before
+        `<|endoftext|>`, the rows predicting them scored over the non-special vocabulary, as openai-whisper; None
+        when no text is left)."""
+        tokens = self.tokens
+        prompt = tokens.prompt(window.language if tokens.is_multilingual else None, window.task, timestamps=False)
+        text = [int(t) for t in text_tokens][:self.max_positions - len(prompt) - 1]
+        if not text:
+            return text, None
+        return text, AlignmentRequest(window.features, prompt + text + [tokens.eot], len(prompt) - 1, len(text),
+                                      tokens.eot)
+
+    def _words(self, window: WindowToAlign, text_tokens: List[int], result: AlignmentResult,
+               prompt_len: int) -> Tuple[List[WordTiming], float]:
+        """(timed words (punctuation merged, possibly empty entries), median word duration) of one window."""
+        self.num_cache_hits += result.cross_kv_cached
+        self.num_encoder_runs += not result.cross_kv_cached
+        num_frames = max(1, min(result.scores.shape[-1], int(round(window.duration / FRAME_SECONDS))))
+        matrix = alignment_matrix(scores_to_weights(result.scores, num_frames))[prompt_len - 1:-1]
+        words = time_words(text_tokens, result.token_probs.numpy(), token_start_frames(matrix), self._decode,
+                           self.tokens.eot, window.language, FRAME_SECONDS)
         median = truncate_long_words(words)
         merge_punctuations(words)
         return words, median
 
+    def align(self, windows: Sequence[WindowToAlign],
+              text_tokens: Sequence[Sequence[int]]) -> List[Tuple[List[WordTiming], float]]:
+        """(timed words, median word duration) of each window's `text_tokens`, the windows run together."""
+        texts, requests = zip(*(self._request(window, tokens) for window, tokens in zip(windows, text_tokens)))
+        results = iter(self.engine.align([request for request in requests if request is not None]))
+        return [self._words(window, text, next(results), request.first_scored_row + 1)
+                if request is not None else ([], 0.0) for window, text, request in zip(windows, texts, requests)]
+
     def window_words(self, features: torch.Tensor, token_ids: Sequence[int], language: str, task: str,
                      duration: float) -> List[List[WordTiming]]:
         """The words of each segment split_segments finds in the window's generated `token_ids`."""
-        segments = split_segments(token_ids, self.tokens, duration)
-        text_tokens = [t for _, _, segment_tokens in segments for t in segment_tokens]
-        words, median = self.align(features, text_tokens, language, task, duration)
-        return distribute(words, segments, duration, median)
+        return self.windows_words([WindowToAlign(features, token_ids, language, task, duration)])[0]
 
     def windows_words(self, windows: Sequence[WindowToAlign]) -> List[List[List[WordTiming]]]:
-        """window_words of each window (those that finish in the same engine step are aligned together)."""
-        return [self.window_words(w.features, w.token_ids, w.language, w.task, w.duration) for w in windows]
+        """window_words of each window, their alignment passes run together."""
+        segments = [split_segments(window.token_ids, self.tokens, window.duration) for window in windows]
+        texts = [[t for _, _, segment_tokens in window_segments for t in segment_tokens]
+                 for window_segments in segments]
+        timed = self.align(windows, texts)
+        return [distribute(words, window_segments, window.duration, median)
+                for (words, median), window_segments, window in zip(timed, segments, windows)]
 
 
 def distribute(words: List[WordTiming], segments: Sequence[Any], duration: float,

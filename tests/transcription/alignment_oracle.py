@@ -1,4 +1,5 @@
-"""Teacher-forced alignment pass: a window's tokens through the Whisper decoder over its cross K/V, in plain torch."""
+"""The test oracle of the engine's alignment pass: one window's tokens through the Whisper decoder, in plain torch
+(its modules read for their weights only, openai-whisper's find_alignment without a KV cache)."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -6,21 +7,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from seq2seq_engine.engine_port import CrossKV
-from seq2seq_engine.transcription.prompts import _generation_config
-
-Head = Tuple[int, int]  # (decoder layer, head)
-
-
-def alignment_heads(hf_config: Any, model_dir: Optional[str] = None) -> List[Head]:
-    """The model's alignment heads: generation_config.json's `alignment_heads` (HF layout, also written by the
-    CTranslate2 conversion), else the config's, else every head of the last half of the decoder layers
-    (openai-whisper's default)."""
-    heads = _generation_config(model_dir).get("alignment_heads") or getattr(hf_config, "alignment_heads", None)
-    if heads:
-        return [(int(layer), int(head)) for layer, head in heads]
-    layers, num_heads = hf_config.decoder_layers, hf_config.decoder_attention_heads
-    return [(layer, head) for layer in range(layers // 2, layers) for head in range(num_heads)]
+Head = Tuple[int, int]                                # (decoder layer, head)
+CrossKV = List[Tuple[torch.Tensor, torch.Tensor]]     # per decoder layer: cross keys and values [S, d]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, causal: bool = False,
@@ -96,13 +84,7 @@ def alignment_pass(model: Any, features: Optional[torch.Tensor], token_ids: Sequ
                    logit_rows: Optional[slice] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run one window teacher-forced. model: the engine's WhisperForConditionalGeneration; features: log-mel
     [n_mels, frames], read only when `cross_kv` is None; token_ids: the decoder input (prompt + generated tokens);
-    cross_kv: the window's cross K/V per decoder layer (EnginePort.cached_cross_kv reads them from the engine's
-    encoder cache), else encoder_cross_kv computes them from the features.
-
-    The engine's decode kernel returns no attention weights, so word timing runs the window's tokens once more,
-    as openai-whisper's ``find_alignment`` does: decoder over the tokens with a causal mask, no KV cache. The
-    model's modules are read for their weights only (their Attention layers are bypassed); nothing in the
-    engine's state is touched.
+    cross_kv: the window's cross K/V per decoder layer, else encoder_cross_kv computes them from the features.
 
     Returns (scores [len(heads), len(token_ids), encoder frames]: scaled q·kᵀ of the alignment heads, softmax
     not applied; logits [len(token_ids), vocab], float32, or only the rows `logit_rows` names: the LM head over
