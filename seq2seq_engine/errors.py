@@ -1,7 +1,7 @@
 """The errors that name the parameter a value was refused for, so callers read the field from the type, not the text."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 
 class InvalidParameter(Exception):
@@ -29,3 +29,12 @@ class ParameterTypeError(InvalidParameter, TypeError):
 def param_of(error: BaseException) -> Optional[str]:
     """The parameter `error` names; None for an error about no single parameter."""
     return error.param if isinstance(error, InvalidParameter) else None
+
+
+def over_limit(subject: str, size: int, limit: int, unit: str) -> Optional[Tuple[str, str]]:
+    """(message, OpenAI's error code) when `size` (a count of `unit`: "characters", "bytes", "entries", ...) is over
+    `limit`, else None: the one wording of a too-long value, over HTTP and WebSocket alike."""
+    if size <= limit:
+        return None
+    code = "string_above_max_length" if unit in ("characters", "bytes") else "array_above_max_length"
+    return f"{subject} has {size} {unit}, more than the limit of {limit}", code

@@ -9,6 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from seq2seq_engine.errors import over_limit
+
 logger = logging.getLogger(__name__)
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -33,10 +35,9 @@ def check_size(param: str, size: int, limit: int, unit: str, subject: Optional[s
     """A 400 naming `param` and `limit` when `size` (a count of `unit`: "characters", "entries", ...) is over it
     (`subject`: what the message calls it, `param` by default); the code is OpenAI's for an over-long string or
     array."""
-    if size > limit:
-        code = "string_above_max_length" if unit in ("characters", "bytes") else "array_above_max_length"
-        raise APIError(f"{subject or param} has {size} {unit}, more than the limit of {limit}", param=param,
-                       code=code)
+    refusal = over_limit(subject or param, size, limit, unit)
+    if refusal is not None:
+        raise APIError(refusal[0], param=param, code=refusal[1])
 
 
 def error_body(message: str, status: int, param: Optional[str] = None, code: Optional[str] = None) -> dict:

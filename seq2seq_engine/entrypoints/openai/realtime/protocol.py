@@ -10,6 +10,7 @@ import math
 import uuid
 from typing import Any, Dict, Optional, Tuple
 
+from seq2seq_engine.errors import over_limit
 from seq2seq_engine.transcription.live import events as live
 
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
@@ -131,9 +132,9 @@ def check_number(value: Any, param: str, low: float, high: float, event_id: Opti
 def check_text(value: Any, param: str, event_id: Optional[str], max_chars: int = MAX_NAME_CHARS) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise invalid(param, "a string or null", value, event_id)
-    if value is not None and len(value) > max_chars:
-        raise RealtimeError(f"{param} has {len(value)} characters, more than the limit of {max_chars}",
-                            "string_above_max_length", param, event_id)
+    refusal = None if value is None else over_limit(param, len(value), max_chars, "characters")
+    if refusal is not None:
+        raise RealtimeError(refusal[0], refusal[1], param, event_id)
     return value or None
 
 
