@@ -16,6 +16,7 @@ from seq2seq_engine.transcription.schedule.input_source import InputFailed, Inpu
 from seq2seq_engine.transcription.schedule.request_queue import RequestQueue
 from seq2seq_engine.transcription.schedule.result_assembler import ResultAssembler
 from seq2seq_engine.transcription.schedule.window_decoder import WindowDecoder
+from seq2seq_engine.transcription.schedule.window_machine import WindowMachine, WindowRequest, align_words
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +24,14 @@ logger = logging.getLogger(__name__)
 class TranscriptionJob:
     """One transcribe call's inputs through the engine. Whoever owns the engine drives it: `fill()` adds queued
     requests to the engine, `on_output(output)` takes every RequestOutput of a step (outputs of other requests are
-    ignored), `take_finished()` hands over the inputs finished so far; `in_flight` empty after a `fill()` means the
-    job is done; `abort()` drops its engine requests, `close()` its progress bar and open files.
+    ignored) and `end_of_step()` acts on them once the step's are all in, `take_finished()` hands over the inputs
+    finished so far; `in_flight` empty after a `fill()` means the job is done; `abort()` drops its engine requests,
+    `close()` its progress bar and open files.
 
-    Its parts: `source` (InputSource: the inputs' windows), `decoder` (WindowDecoder: each window's requests and
-    final tokens), `queue` (RequestQueue: which request goes next), `in_flight` (RequestsInFlight: those in the
-    engine) and `assembler` (ResultAssembler: the results). An input that fails (InputFailed) is failed across them.
+    Its parts: `source` (InputSource: the inputs' windows), one WindowMachine per window in decoding (its requests,
+    verdicts, final tokens and words; `decoder`, WindowDecoder, holds what they share), `queue` (RequestQueue: which
+    machine's request goes next), `in_flight` (RequestsInFlight: the requests in the engine) and `assembler`
+    (ResultAssembler: the results). An input that fails (InputFailed) is failed across them.
     """
 
     def __init__(self, engine: EnginePort, sources: Sequence[Any], options: TranscriptionOptions,
@@ -47,12 +50,15 @@ class TranscriptionJob:
                                          stream)
         self.queue = RequestQueue(self.source, self.decoder, self.assembler, language, options)
         self.in_flight = RequestsInFlight(engine, limit)
+        self._outputs: List[Tuple[WindowRequest, Any]] = []  # the step's finished requests, until end_of_step
 
     def owns(self, request_id: str) -> bool:
         return request_id in self.in_flight
 
     def fill(self) -> None:
-        """Add queued requests up to the in-flight limit, reading more windows and inputs as the queue runs dry."""
+        """Add queued requests up to the in-flight limit, reading more windows and inputs as the queue runs dry
+        (outputs taken since the last end_of_step are acted on first)."""
+        self.end_of_step()
         while self.in_flight.has_room():
             try:
                 request = self.queue.next_request()
@@ -64,18 +70,48 @@ class TranscriptionJob:
                 self._fail(failure)
 
     def on_output(self, output: Any) -> None:
+        """Take one RequestOutput of the step; the job's finished requests wait for end_of_step."""
         request = self.in_flight.pop_finished(output)
-        if request is None or request.input_state.finished:
-            return
-        try:
-            if output.ignored_reason:
-                raise InputFailed(request.input_state,
-                                  f"a request was ignored by the engine: {output.ignored_reason}")
-            if output.error:     # failed inside a step and aborted alone (engine/step_isolation.py)
-                raise InputFailed(request.input_state, f"the engine failed on a window: {output.error}")
-            request.on_done(output)
-        except InputFailed as failure:
-            self._fail(failure)
+        if request is not None:
+            self._outputs.append((request, output))
+
+    def end_of_step(self) -> None:
+        """Act on the step's outputs: each window's machine advances on its output, the windows final now have
+        their words aligned together (align_words), then each machine takes its place in the queue or its window
+        in its input (RequestQueue.advance), in the order of the outputs; an input failing there fails in turn."""
+        outputs, self._outputs = self._outputs, []
+        advanced = self._advance(outputs)
+        align_words([machine for machine, failure in advanced if failure is None])
+        for machine, failure in advanced:
+            if machine.state.finished:
+                continue
+            try:
+                if failure is not None:
+                    raise failure
+                self.queue.advance(machine)
+            except InputFailed as error:
+                self._fail(error)
+
+    def _advance(self, outputs: List[Tuple[WindowRequest, Any]]) -> List[Tuple[WindowMachine, Optional[InputFailed]]]:
+        """(machine, the InputFailed its output brought or None) for each output of an input not failed (before it,
+        in this step or earlier): the machine advanced on it."""
+        advanced: List[Tuple[WindowMachine, Optional[InputFailed]]] = []
+        failing = set()
+        for request, output in outputs:
+            state = request.input_state
+            if state.finished or state.index in failing:
+                continue
+            try:
+                if output.ignored_reason:
+                    raise InputFailed(state, f"a request was ignored by the engine: {output.ignored_reason}")
+                if output.error:     # failed inside a step and aborted alone (engine/step_isolation.py)
+                    raise InputFailed(state, f"the engine failed on a window: {output.error}")
+                request.machine.on_output(output)
+                advanced.append((request.machine, None))
+            except InputFailed as failure:
+                failing.add(state.index)
+                advanced.append((request.machine, failure))
+        return advanced
 
     def take_finished(self) -> List[Tuple[int, TranscriptionResult]]:
         """(input index, result) of each input finished since the last call; its windows are dropped then."""
@@ -90,7 +126,8 @@ class TranscriptionJob:
         return self.assembler.results()
 
     def abort(self) -> None:
-        """Abort the job's engine requests still running."""
+        """Abort the job's engine requests still running (outputs not acted on yet are dropped)."""
+        self._outputs = []
         self.in_flight.abort_all()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ def _steps(job: TranscriptionJob) -> Iterator[None]:
                 break
             for output in job.engine.step(finished_only=True):  # on_output reads finished requests only
                 job.on_output(output)
+            job.end_of_step()
             yield
     except BaseException:
         job.abort()

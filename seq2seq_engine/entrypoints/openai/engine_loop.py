@@ -183,6 +183,7 @@ class EngineLoop:
             logger.exception("engine step failed; aborting the requests in flight")
             self._fail_all(f"the engine failed: {type(error).__name__}: {error}")
             return
+        stepped: Dict[str, None] = {}  # the jobs that got outputs, in order
         for output in outputs:
             sink = self._sinks.get(output.request_id)
             if sink is not None:
@@ -194,7 +195,12 @@ class EngineLoop:
             for job_id, (job, job_sink) in list(self._jobs.items()):
                 if job.owns(output.request_id):
                     self._run_job(job_id, job, job_sink, job.on_output, output)
+                    stepped[job_id] = None
                     break
+        for job_id in stepped:  # each job acts on its outputs of the step (TranscriptionJob.end_of_step)
+            if job_id in self._jobs:
+                job, job_sink = self._jobs[job_id]
+                self._run_job(job_id, job, job_sink, job.end_of_step)
 
     def _fill_jobs(self) -> None:
         """Let each job queue its requests; a job with nothing in flight after that is done (as in pipeline.py: a

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 from seq2seq_engine.audio import AudioError
 from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.transcription.schedule.input_source import InputFailed, InputState
-from seq2seq_engine.transcription.schedule.window_decoder import WindowRequest
+from seq2seq_engine.transcription.schedule.window_machine import WindowRequest
 
 _REQUEST_PREFIX = "transcribe"
 
@@ -36,7 +36,7 @@ class RequestsInFlight:
         """Add the request to the engine (its prompt is made now); InputFailed when the engine refuses it."""
         request_id = f"{self._prefix}{next(self._ids)}"
         try:
-            self.engine.add_request(request_id, request.make_prompt(), request.params)
+            self.engine.add_request(request_id, request.engine_prompt(), request.params)
         except (AudioError, ValueError, TypeError) as error:
             raise InputFailed(request.input_state, str(error)) from error
         self.requests[request_id] = request
