@@ -57,11 +57,10 @@ def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextI
     blocks on the full queue and stops reading, and the writer to stdin is held back by the pipe. ValueError when
     stdin is closed; OutputClosed when stdout is."""
     from seq2seq_engine.entrypoints.llm import LLM
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
 
     if source is None and sys.stdin is None:
         raise ValueError("stdin is closed: --live reads the audio from stdin ('-')")
-    engine: EnginePort = LLM(resolve_model_path(args.model), **engine_kwargs).llm_engine
+    engine: EnginePort = LLM(args.model, **engine_kwargs).llm_engine
     options = LiveOptions(language=args.language, prompt=getattr(args, "initial_prompt", None))
     session = LiveSession(options, LiveDecoder.for_engine(engine))
     blocks: "queue.Queue[Any]" = queue.Queue(maxsize=MAX_QUEUED_BLOCKS)

@@ -207,10 +207,9 @@ def _results(args: argparse.Namespace, options: TranscriptionOptions,
         from seq2seq_engine.entrypoints.ray_cli import transcribe_on_ray
         return transcribe_on_ray(args, options, jobs, engine_kwargs(args))
     from seq2seq_engine.entrypoints.llm import LLM
-    from seq2seq_engine.model_loader.resolver import resolve_model_path
     from seq2seq_engine.transcription.pipeline import iter_transcribe
 
-    llm = LLM(resolve_model_path(args.model), **engine_kwargs(args))
+    llm = LLM(args.model, **engine_kwargs(args))  # the engine resolves a short name, CT2 directory or GGUF file
     return iter_transcribe(llm, [job.source for job in jobs], options)
 
 

@@ -3,7 +3,7 @@ windowed batch transcription and result formats.
 
     from seq2seq_engine import LLM
     from seq2seq_engine.transcription import transcribe
-    llm = LLM(resolve_model_path("whisper-tiny.en"))
+    llm = LLM("whisper-tiny.en")                       # a short name, HF, CTranslate2 or GGUF path
     results = transcribe(llm, ["a.wav", "b.mp3"], timestamps=True)       # or llm.transcribe(...)
     results = transcribe(llm, "a.wav", TranscriptionOptions(temperature=0.0, initial_prompt="Glossary: ..."))
     for index, result in iter_transcribe(llm, paths, vad_filter=True): ...   # each result as soon as it is done
