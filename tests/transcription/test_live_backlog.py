@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from transcription.live_script import SR, ScriptedVad, TextDecoder, answer, feed, frames
 
 from seq2seq_engine.transcription.live import Committed, Completed, LiveOptions, LiveSession
-from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog, quiet_cut
+from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog, AudioBuffer, quiet_cut
 
 
 def _speech_like(seconds, pauses, seed=0):
@@ -25,6 +25,17 @@ def test_a_window_is_cut_in_its_last_pause_else_at_its_end():
     assert 27.2 * SR <= quiet_cut(window) <= 27.5 * SR  # the pause of the last 5 s, not the earlier one
     assert quiet_cut(_speech_like(30, [12.0])) == 30 * SR  # no pause near the end: a full window
     assert quiet_cut(np.zeros(30 * SR, dtype=np.float32)) == 30 * SR  # silence throughout: nothing to prefer
+
+
+def test_the_buffer_cuts_a_held_window_where_the_whole_window_is_cut():
+    buffer = AudioBuffer()
+    buffer.append(np.zeros(3 * SR, np.float32))
+    buffer.drop_before(2 * SR)  # stream indices are not array indices
+    for seed, pauses in enumerate(([12.0, 27.2], [12.0], [29.7], [25.0])):
+        window = _speech_like(30, pauses, seed)
+        start = buffer.end
+        buffer.append(window)
+        assert buffer.quiet_cut(start, start + 30 * SR) == start + quiet_cut(window), pauses
 
 
 def test_a_long_commit_mode_turn_fed_as_fast_as_allowed_is_one_item_of_parts_cut_at_pauses():

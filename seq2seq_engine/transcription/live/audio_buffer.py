@@ -51,6 +51,12 @@ class AudioBuffer:
         first, last = max(first, self.start), min(last, self.end)
         return self._data[first - self.start:max(last, first) - self.start].copy()
 
+    def quiet_cut(self, first: int, last: int) -> int:
+        """Where to end a part of a turn that holds samples first..last - 1 (one Whisper window), as a stream index:
+        `quiet_cut` over the part's last 5 s only, read in place."""
+        first, last = max(first, last - CUT_SEARCH_SAMPLES, self.start), min(last, self.end)
+        return first + quiet_cut(self._data[first - self.start:max(last, first) - self.start])
+
     def drop_before(self, index: int) -> None:
         """Forget the samples before `index` (all of them when it lies beyond the end: the next sample appended
         is then sample `index`)."""

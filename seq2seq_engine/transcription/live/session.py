@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from seq2seq_engine.audio import SAMPLE_RATE
-from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog, AudioBuffer, check_samples, quiet_cut
+from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog, AudioBuffer, check_samples
 from seq2seq_engine.transcription.live.decode_request import DecodeRequest
 from seq2seq_engine.transcription.live.decoder import LiveDecoder
 from seq2seq_engine.transcription.live.events import (Cleared, Committed, LiveEvent, SpeechStarted, SpeechStopped,
@@ -208,7 +208,7 @@ class LiveSession:
     def _roll(self, turn: Turn, upto: int) -> None:
         """Cut the turn's audio before `upto` into final 30 s parts, as long as whole windows of it are held."""
         while upto - turn.part_start >= WINDOW_SAMPLES:
-            cut = turn.part_start + quiet_cut(self._audio.slice(turn.part_start, turn.part_start + WINDOW_SAMPLES))
+            cut = self._audio.quiet_cut(turn.part_start, turn.part_start + WINDOW_SAMPLES)
             self._add_part(turn, self._audio.slice(turn.part_start, cut), decode=True)
             turn.part_start = cut
             self._audio.drop_before(cut)
