@@ -25,8 +25,8 @@ def alignment_heads(hf_config: Any, generation_config: Mapping[str, Any]) -> Lis
     return [(layer, head) for layer in range(layers // 2, layers) for head in range(num_heads)]
 
 
-def _prefill_metadata(query_lens: Sequence[int], key_lens: Optional[Sequence[int]], device: torch.device,
-                      encoder: bool = False) -> AttentionMetadata:
+def prefill_metadata(query_lens: Sequence[int], key_lens: Optional[Sequence[int]], device: torch.device,
+                     encoder: bool = False) -> AttentionMetadata:
     """Metadata of a step of prefills only that writes no cache: causal self-attention over `query_lens` blocks
     and cross-attention of each block to `key_lens` encoder rows (or, with `encoder`, the encoder's own)."""
     self_md = SelfAttentionMetadata(slot_mapping=torch.empty(0, dtype=torch.long, device=device),
@@ -47,7 +47,7 @@ def encoder_cross_kv(model: Any, features: torch.Tensor) -> CrossKV:
     """A window's cross K/V through the model's own layers: its encoder over log-mel `features` [n_mels, frames],
     then each decoder layer's kv_proj (what a request's prefill writes into its cross blocks)."""
     frames = model.model.encoder.max_source_positions
-    metadata = _prefill_metadata([frames], None, features.device, encoder=True)
+    metadata = prefill_metadata([frames], None, features.device, encoder=True)
     encoded = model.encode(metadata, encoder_features=features.unsqueeze(0))
     cross_kv = []
     for layer in model.model.decoder.layers:
@@ -80,7 +80,7 @@ def aligned_decode(model: Any, token_ids: Sequence[Sequence[int]], cross_kv: Seq
     ids = torch.tensor([t for window in token_ids for t in window], dtype=torch.long, device=device)
     positions = torch.cat([torch.arange(length, device=device) for length in lengths])
     key_lens = [kv[0][0].shape[0] for kv in cross_kv]
-    metadata = _prefill_metadata(lengths, key_lens, device)
+    metadata = prefill_metadata(lengths, key_lens, device)
     starts = metadata.self_attn.prefill_bias.q_seqinfo.intervals()
     hidden = decoder.embed_tokens(ids) + decoder.embed_positions(positions)
     wanted: List[dict] = [{} for _ in token_ids]
