@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from seq2seq_engine.attention import AttentionMetadata
 from seq2seq_engine.attention.bias import BlockDiagonalCausalMask, BlockDiagonalMask
@@ -57,31 +58,39 @@ def encoder_cross_kv(model: Any, features: torch.Tensor) -> CrossKV:
     return cross_kv
 
 
-def _cross_scores(query: torch.Tensor, keys: torch.Tensor, num_heads: int, heads: Sequence[int]) -> torch.Tensor:
-    """Scaled q·kᵀ of `heads` for one window: query [T, d], keys [S, d] -> [len(heads), T, S], float32."""
-    head_size = query.shape[-1] // num_heads
-    index = torch.tensor(list(heads), dtype=torch.long, device=query.device)
-    q = query.view(-1, num_heads, head_size).transpose(0, 1).index_select(0, index)
-    k = keys.view(-1, num_heads, head_size).transpose(0, 1).index_select(0, index).to(q.dtype)
-    return (q @ k.transpose(-1, -2)).float() * head_size ** -0.5
+def _cross_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, num_heads: int,
+                     heads: Sequence[int]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One window's cross-attention: query [T, d] over its encoder rows' keys/values [S, d] (read in place, no
+    copy). Returns (output [T, d], the scaled q·kᵀ of `heads` [len(heads), T, S] in float32, or None without
+    heads: then the fused scaled_dot_product_attention runs)."""
+    length, dim = query.shape
+    head_size = dim // num_heads
+    q = query.view(length, num_heads, head_size).transpose(0, 1)
+    k, v = (t.to(query.dtype).view(-1, num_heads, head_size).transpose(0, 1) for t in (keys, values))
+    if not heads:
+        out = F.scaled_dot_product_attention(q, k, v)
+        return out.transpose(0, 1).reshape(length, dim), None
+    scores = (q @ k.transpose(-1, -2)) * head_size ** -0.5
+    out = scores.softmax(dim=-1) @ v
+    return out.transpose(0, 1).reshape(length, dim), scores[list(heads)].float()
 
 
 @torch.inference_mode()
 def aligned_decode(model: Any, token_ids: Sequence[Sequence[int]], cross_kv: Sequence[CrossKV],
                    heads: Sequence[Head]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
     """Several windows teacher-forced in one flattened pass through the decoder's own layers (its linears, its
-    attention backend over block-diagonal masks), no KV cache written: window i's tokens `token_ids[i]` attend
-    causally to each other and across to `cross_kv[i]`. Returns (final hidden states [total tokens, d], per window
-    the scaled cross-attention scores of `heads` [len(heads), tokens, encoder rows], float32, softmax not
-    applied): row r of a window is the query at its position r."""
+    self-attention over the block-diagonal causal mask), no KV cache written: window i's tokens `token_ids[i]`
+    attend causally to each other and across to `cross_kv[i]` (each window's cross-attention apart, in place: the
+    alignment heads' weights are wanted, which no attention kernel returns). Returns (final hidden states [total
+    tokens, d], per window the scaled cross-attention scores of `heads` [len(heads), tokens, encoder rows],
+    float32, softmax not applied): row r of a window is the query at its position r."""
     decoder = model.model.decoder
     device = decoder.embed_tokens.weight.device
     lengths = [len(ids) for ids in token_ids]
     ids = torch.tensor([t for window in token_ids for t in window], dtype=torch.long, device=device)
     positions = torch.cat([torch.arange(length, device=device) for length in lengths])
-    key_lens = [kv[0][0].shape[0] for kv in cross_kv]
-    metadata = prefill_metadata(lengths, key_lens, device)
-    starts = metadata.self_attn.prefill_bias.q_seqinfo.intervals()
+    metadata = prefill_metadata(lengths, None, device)
+    bounds = metadata.self_attn.prefill_bias.q_seqinfo.intervals()
     hidden = decoder.embed_tokens(ids) + decoder.embed_positions(positions)
     wanted: List[dict] = [{} for _ in token_ids]
     num_heads = model.config.decoder_attention_heads
@@ -89,14 +98,13 @@ def aligned_decode(model: Any, token_ids: Sequence[Sequence[int]], cross_kv: Seq
         hidden = hidden + layer.self_attn(layer.self_attn_layer_norm(hidden), None, metadata)
         cross = layer.encoder_attn
         query = cross.q_proj(layer.encoder_attn_layer_norm(hidden))
-        keys = torch.cat([kv[index][0] for kv in cross_kv]).to(query.dtype)
-        values = torch.cat([kv[index][1] for kv in cross_kv]).to(query.dtype)
         layer_heads = [head for layer_index, head in heads if layer_index == index]
-        if layer_heads:
-            for window, (start, end) in enumerate(starts):
-                scores = _cross_scores(query[start:end], cross_kv[window][index][0], num_heads, layer_heads)
-                wanted[window].update({(index, head): row for head, row in zip(layer_heads, scores)})
-        hidden = hidden + cross.out_proj(cross.attn(query, keys, values, None, metadata))
+        attended = torch.empty_like(query)
+        for window, (start, end) in enumerate(bounds):
+            keys, values = cross_kv[window][index]
+            attended[start:end], scores = _cross_attention(query[start:end], keys, values, num_heads, layer_heads)
+            wanted[window].update(zip(((index, head) for head in layer_heads), scores if layer_heads else ()))
+        hidden = hidden + cross.out_proj(attended)
         hidden = hidden + feed_forward(layer, layer.final_layer_norm(hidden))
     scores = [torch.stack([window[head] for head in heads]) for window in wanted]
     return decoder.layer_norm(hidden), scores
