@@ -38,14 +38,21 @@ if [ "$#" -gt 0 ]; then
     exit
 fi
 # Two pytest processes at a time (pytest-xdist, a test file each) where the tests only compute: the benchmark
-# scripts' smoke runs (child processes of one thread each), the models, kernels, engine and the layers below them.
-# The tests of live audio, servers and the Ray cluster, whose timing and ports another process would disturb, run
-# afterwards in one process.
+# scripts' smoke runs (child processes of one thread each), the models, kernels, engine, file transcription and the
+# layers below them. The tests of live audio, servers and the Ray cluster, whose timing and ports another process
+# would disturb, run afterwards in one process.
+# Transcription's files run in the first group except the live ones (test_live_*.py: real-time pacing).
+TRANSCRIPTION=(tests/transcription/test_*.py)
+LIVE=(tests/transcription/test_live_*.py)
 SHARED=(tests/benchmarks tests/models tests/kernels tests/engine tests/sampling tests/core tests/attention tests/worker
         tests/inputs tests/tokenization tests/model_loader tests/platforms tests/docs)
-SERIAL=(tests/transcription tests/audio tests/entrypoints tests/integrations tests/cuda tests/test_*.py)
+for file in "${TRANSCRIPTION[@]}"; do
+    [[ " ${LIVE[*]} " == *" $file "* ]] || SHARED+=("$file")
+done
+SERIAL=("${LIVE[@]}" tests/audio tests/entrypoints tests/integrations tests/cuda tests/test_*.py)
 for folder in tests/*/; do   # a new test folder must be put in one of the two lists
     folder=${folder%/}
+    [[ $folder == tests/transcription ]] && continue   # split by file above
     if [[ $folder != tests/__* && " ${SHARED[*]} ${SERIAL[*]} " != *" $folder "* ]]; then
         echo "scripts/test.sh: $folder is in neither SHARED nor SERIAL" >&2
         exit 1

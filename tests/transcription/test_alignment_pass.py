@@ -23,6 +23,11 @@ def base_llm():
     return LLM(require_model("whisper-base"), kv_cache_space_gb=0.3, swap_space_gb=0.01)
 
 
+@pytest.fixture(scope="module")
+def clip_requests(base_llm):
+    return _requests(base_llm, CLIPS)
+
+
 def _heads(engine):
     return alignment_heads(engine.hf_config, engine.generation_defaults.values)
 
@@ -53,9 +58,9 @@ def _requests(llm, names):
     return requests
 
 
-def test_windows_run_together_match_the_oracle_and_each_alone(base_llm):
+def test_windows_run_together_match_the_oracle_and_each_alone(base_llm, clip_requests):
     engine = base_llm.llm_engine
-    requests = _requests(base_llm, CLIPS)
+    requests = clip_requests
     together = engine.align(requests)
     assert all(result.cross_kv_cached for result in together)  # the transcriptions' cached cross K/V
     for request, result in zip(requests, together):
@@ -87,8 +92,8 @@ def test_word_times_match_the_oracle_within_20_ms(base_llm, monkeypatch):
     (dict(num_scored=99), "must each have a next token"),
     (dict(vocab_limit=10), "not below vocab_limit 10"),
 ])
-def test_a_request_the_pass_cannot_run_is_refused_by_name(base_llm, change, message):
-    good, = _requests(base_llm, CLIPS[:1])
+def test_a_request_the_pass_cannot_run_is_refused_by_name(base_llm, clip_requests, change, message):
+    good = clip_requests[0]
     fields = {**dict(features=good.features, token_ids=good.token_ids, first_scored_row=good.first_scored_row,
                      num_scored=good.num_scored, vocab_limit=good.vocab_limit), **change}
     with pytest.raises(ValueError, match=r"alignment request 1: .*" + message):
