@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from benchmarks.lib.common import EngineRun
+from benchmarks.lib.common import EngineRun, RssSampler, rss_mib
 
 # (key, row label); "decoder" and "words" are derived (see derive), "e2e" is the transcribe call itself
 STAGES = [
@@ -48,6 +48,18 @@ def timed(fn: Callable[[], Any]) -> Tuple[Any, Times]:
     wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
     return result, (time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def end_to_end(transcribe: Callable[[bool], Any], words: bool) -> Tuple[Any, Times, Optional[Times], Tuple]:
+    """The timed end-to-end calls: `transcribe(False)`, and `transcribe(True)` when `words` (the output as asked);
+    (the last output, times without words, times with them or None, (RSS before, peak RSS during) in MiB)."""
+    load_rss = rss_mib()
+    with RssSampler(interval=0.05) as sampler:   # 20 polls a second: next to nothing in the CPU time
+        output, e2e = timed(lambda: transcribe(False))
+        e2e_words = None
+        if words:
+            output, e2e_words = timed(lambda: transcribe(True))
+    return output, e2e, e2e_words, (load_rss, sampler.peak)
 
 
 def add(*times: Times) -> Times:

@@ -8,9 +8,9 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from benchmarks.lib.common import EngineRun, RssSampler, rss_mib
+from benchmarks.lib.common import EngineRun
 from benchmarks.lib.long_engines import fw_model_dir
-from benchmarks.lib.long_stages_common import StageJob, Times, finish, srt_text, timed
+from benchmarks.lib.long_stages_common import StageJob, Times, end_to_end, finish, srt_text, timed
 
 SAMPLE_RATE = 16000
 CHUNK_S = 30   # the feature extractor's chunk_length: the pipeline's VAD max_speech_duration_s and chunk length
@@ -58,15 +58,11 @@ def run_fw_stages(job: StageJob) -> EngineRun:
                          cpu_threads=job.threads)
     pipeline = BatchedInferencePipeline(model)
     transcribe(pipeline, job, job.warmup_path, job.word_timestamps)
-    load_rss = rss_mib()
-    with RssSampler(interval=0.05) as sampler:   # 20 polls a second: next to nothing in the CPU time
-        segments, e2e = timed(lambda: transcribe(pipeline, job, job.path, False))
-        e2e_words = None
-        if job.word_timestamps:   # the output as asked: with words
-            segments, e2e_words = timed(lambda: transcribe(pipeline, job, job.path, True))
+    segments, e2e, e2e_words, memory = end_to_end(lambda words: transcribe(pipeline, job, job.path, words),
+                                                  job.word_timestamps)
     stages, info = input_stages(model, job)
     with tempfile.TemporaryDirectory() as folder:
         stages["srt"] = srt_stage(segments, folder)
     info.update(text="".join(text for _, _, text in segments).strip(), segments=len(segments),
                 fallback_segments=0)   # the batched pipeline decodes at the first temperature only
-    return finish("fw", job, stages, e2e, e2e_words, info, (load_rss, sampler.peak))
+    return finish("fw", job, stages, e2e, e2e_words, info, memory)

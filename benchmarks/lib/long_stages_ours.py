@@ -12,8 +12,8 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 import numpy as np
 import torch
 
-from benchmarks.lib.common import EngineRun, RssSampler, rss_mib
-from benchmarks.lib.long_stages_common import StageJob, Times, encoder_gflop, finish, gemm_gflops, timed
+from benchmarks.lib.common import EngineRun
+from benchmarks.lib.long_stages_common import StageJob, Times, encoder_gflop, end_to_end, finish, gemm_gflops, timed
 
 PROMPT_TOKENS = 4   # a window's decoder prompt, next to its encoder positions in a prefill step's token budget
 
@@ -92,12 +92,8 @@ def run_ours_stages(job: StageJob) -> EngineRun:
     """Load, warm up on the 10 s file, the end-to-end call (and with words), then the stages apart."""
     llm = load(job)
     transcribe(llm, job, job.warmup_path, job.word_timestamps)
-    load_rss = rss_mib()
-    with RssSampler(interval=0.05) as sampler:   # 20 polls a second: next to nothing in the CPU time
-        result, e2e = timed(lambda: transcribe(llm, job, job.path, False))
-        e2e_words = None
-        if job.word_timestamps:   # the output as asked: with words
-            result, e2e_words = timed(lambda: transcribe(llm, job, job.path, True))
+    result, e2e, e2e_words, memory = end_to_end(lambda words: transcribe(llm, job, job.path, words),
+                                                job.word_timestamps)
     stages, info = input_stages(llm, job.path)
     with tempfile.TemporaryDirectory() as folder:
         stages["srt"] = srt_stage(result, folder)
@@ -105,4 +101,4 @@ def run_ours_stages(job: StageJob) -> EngineRun:
     info.update(text=result.text.strip(), segments=len(result.segments),
                 fallback_segments=sum(bool(s.temperature) for s in result.segments),
                 encoder_gflop_per_window=encoder_gflop(config), gemm_gflops=gemm_gflops(config))
-    return finish("ours", job, stages, e2e, e2e_words, info, (load_rss, sampler.peak))
+    return finish("ours", job, stages, e2e, e2e_words, info, memory)

@@ -6,20 +6,10 @@ import subprocess
 import sys
 
 from conftest import require_model, require_speech_clips
+from markdown_tables import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FASTER_WHISPER = importlib.util.find_spec("faster_whisper") is not None
-
-
-def _table(lines, first_cell):
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_cell} |"))
-    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("| "):
-            break
-        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
-    return rows
 
 
 def test_cold_start_quick():
@@ -30,11 +20,11 @@ def test_cold_start_quick():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert "load average" in result.stdout and ", cpu " in result.stdout   # the machine header
-    walls = _table(lines, "engine")
+    walls = markdown_table(lines, "engine")
     assert [(r["engine"], r["dtype"], r["beam"]) for r in walls] == (
         [("ours", "float32", "1")] + ([("fw", "float32", "1")] if FASTER_WHISPER else []))
     assert all(float(r["end to end s (best)"]) > 0 for r in walls)
     assert walls[0]["peer / ours"] == "" and all(r["peer / ours"].endswith("x") for r in walls[1:])
-    split = _table(lines, "ours dtype")
+    split = markdown_table(lines, "ours dtype")
     assert len(split) == 1 and all(float(split[0][f"{phase} s"]) > 0
                                    for phase in ("python start", "imports", "load", "transcribe"))

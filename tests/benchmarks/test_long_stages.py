@@ -10,6 +10,7 @@ from typing import Dict, List
 
 import pytest
 from conftest import require_model, require_speech_clips
+from markdown_tables import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FASTER_WHISPER = importlib.util.find_spec("faster_whisper") is not None
@@ -20,15 +21,7 @@ TIMED_APART = ("decode", "vad", "pack", "features", "encoder")
 
 
 def stage_table(stdout: str) -> List[Dict[str, str]]:
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| stage |"))
-    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("| "):
-            break
-        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
-    return rows
+    return markdown_table(stdout.splitlines(), "stage")
 
 
 @pytest.fixture(scope="module")
