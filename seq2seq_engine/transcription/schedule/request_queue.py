@@ -9,7 +9,7 @@ from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.schedule.input_source import InputSource, InputState
 from seq2seq_engine.transcription.schedule.result_assembler import ResultAssembler
 from seq2seq_engine.transcription.schedule.window_decoder import WindowDecoder
-from seq2seq_engine.transcription.schedule.window_machine import WindowMachine, WindowRequest, align_words
+from seq2seq_engine.transcription.schedule.window_machine import Phase, WindowMachine, WindowRequest
 
 
 class RequestQueue:
@@ -48,9 +48,10 @@ class RequestQueue:
 
     def advance(self, machine: WindowMachine) -> None:
         """Place a machine that took its request's output: a retry first in line, a window whose input's language
-        is now known last in line (throughput: the input becomes a producer), a final window into its input (its
-        words aligned first if align_words has not)."""
-        align_words([machine])
+        is now known last in line (throughput: the input becomes a producer), a final window into its input. Its
+        words are aligned before (the job's end_of_step runs align_words over the step's machines)."""
+        if machine.phase is Phase.WORDS:
+            raise RuntimeError(f"window {machine.window.index} of {machine.state.name} waits for its words")
         if machine.retrying:
             self.queue.appendleft(machine)
         elif machine.done:
