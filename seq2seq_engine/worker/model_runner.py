@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from seq2seq_engine.attention.metadata import AttentionMetadata
+from seq2seq_engine.kernels.native_topk import row_topk
 from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, TokenHistories, needs_logits_processing
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
@@ -257,15 +258,20 @@ class ModelRunner:
     def _sample(self, model_input: ModelInput, hidden_states: torch.Tensor) -> SamplerOutput:
         """Logits of the sampled positions, beam log-softmax and logits processors, then the sampler."""
         logits = self.model.compute_logits(hidden_states[model_input.selected_token_indices])
+        beam_index = None
         if model_input.beam_rows is not None:
             # Beam rows score log-probs; as in HF's beam search, logits processors then act on the log-probs.
-            beam_index = torch.tensor(model_input.beam_rows[0], dtype=torch.long, device=logits.device)
-            logits[beam_index] = torch.log_softmax(logits[beam_index], dim=-1)
+            if model_input.beam_rows[0] == list(range(logits.shape[0])):
+                logits = torch.log_softmax(logits, dim=-1)      # every row a beam row, in order: no gather
+            else:
+                beam_index = torch.tensor(model_input.beam_rows[0], dtype=torch.long, device=logits.device)
+                logits[beam_index] = torch.log_softmax(logits[beam_index], dim=-1)
         if model_input.logits_processors is not None:
             logits = model_input.logits_processors(logits)
         sampler_output = self.sampler(logits, model_input.sampling_metadata)
         if model_input.beam_rows is None:
             return sampler_output
-        beam_logprobs, beam_token_ids = logits[beam_index].topk(min(model_input.beam_rows[1], logits.shape[1]))
+        beam_logits = logits if beam_index is None else logits[beam_index]
+        beam_logprobs, beam_token_ids = row_topk(beam_logits, min(model_input.beam_rows[1], logits.shape[1]))
         return dataclasses.replace(sampler_output, beam_rows=model_input.beam_rows[0], beam_logprobs=beam_logprobs,
                                    beam_token_ids=beam_token_ids)
