@@ -21,7 +21,7 @@ _VAD_FLAGS = [("--vad-threshold", "threshold", float, "speech probability thresh
               ("--vad-neg-threshold", "neg_threshold", float, "silence threshold inside speech (threshold - 0.15)"),
               ("--vad-min-speech-ms", "min_speech_duration_ms", float, "drop shorter speech (default 0)"),
               ("--vad-max-speech-s", "max_speech_duration_s", float, "cut longer speech (default and at most 30)"),
-              ("--vad-min-silence-ms", "min_silence_duration_ms", float, "silence that ends speech (default 2000)"),
+              ("--vad-min-silence-ms", "min_silence_duration_ms", float, "silence that ends speech (default 160)"),
               ("--vad-speech-pad-ms", "speech_pad_ms", float, "padding on each side of speech (default 400)")]
 # (flag, SubtitleOptions field)
 _SUBTITLE_FLAGS = (("--max-line-width", "max_line_width"), ("--max-line-count", "max_line_count"),
