@@ -50,10 +50,9 @@ def run_encoder(model: Any, features: List[torch.Tensor], batch: int) -> None:
 
 
 def input_stages(llm: Any, path: str) -> tuple:
-    """(stage times, info): both passes over the file that vad_filter makes (one in Silero blocks for the
-    probabilities, one in windows for the samples: decode), the VAD on the decoded blocks, then the packing, the
-    features and the encoder of every window (the encoder as a prefill step batches them: its token budget over a
-    window's encoder positions and prompt)."""
+    """(stage times, info): the one pass over the file that vad_filter makes, in Silero blocks (decode), the VAD on
+    the decoded blocks, then the packing, the features and the encoder of every window (the encoder as a prefill
+    step batches them: its token budget over a window's encoder positions and prompt)."""
     from seq2seq_engine.audio import SAMPLE_RATE, encoder_window_samples, iter_windows
     from seq2seq_engine.audio.silero import BLOCK_FRAMES, FRAME_SAMPLES, load_silero_vad
     from seq2seq_engine.audio.vad import regions_from_probabilities
@@ -61,8 +60,7 @@ def input_stages(llm: Any, path: str) -> tuple:
     from seq2seq_engine.transcription.input.windows import features_for
     engine = llm.llm_engine
     window = encoder_window_samples(engine.max_encoder_len)
-    blocks, first_pass = timed(lambda: list(iter_windows(path, BLOCK_FRAMES * FRAME_SAMPLES)))
-    _, second_pass = timed(lambda: sum(len(samples) for samples in iter_windows(path, window)))
+    blocks, decode = timed(lambda: list(iter_windows(path, BLOCK_FRAMES * FRAME_SAMPLES)))
     options = window_vad_options(True, None, window)
     length = sum(len(block) for block in blocks)
     regions, vad = timed(lambda: regions_from_probabilities(
@@ -72,11 +70,9 @@ def input_stages(llm: Any, path: str) -> tuple:
     features, feats = timed(lambda: [features_for(engine, w.samples) for w in windows])
     batch = max(1, engine.scheduler_config.max_num_batched_tokens // (engine.max_encoder_len + PROMPT_TOKENS))
     _, encoder = timed(lambda: run_encoder(engine.model_runner.model, features, batch))
-    stages = {"decode": (first_pass[0] + second_pass[0], first_pass[1] + second_pass[1]), "vad": vad,
-              "pack": pack, "features": feats, "encoder": encoder}
+    stages = {"decode": decode, "vad": vad, "pack": pack, "features": feats, "encoder": encoder}
     speech = sum(end - start for start, end in regions) / SAMPLE_RATE
-    return stages, {"windows": len(windows), "encoder_batch": batch, "speech_s": speech,
-                    "decode_pass_walls_s": [first_pass[0], second_pass[0]]}
+    return stages, {"windows": len(windows), "encoder_batch": batch, "speech_s": speech}
 
 
 def srt_stage(result: Any, folder: str) -> Times:

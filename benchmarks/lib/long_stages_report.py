@@ -55,8 +55,6 @@ def table_rows(ours: Optional[Dict[str, Any]], fw: Optional[Dict[str, Any]], gfl
     rows = []
     for key, label in STAGES:
         bound = encoder_bound(ours, fw, gflop) if key == "encoder" else ""
-        if key == "decode" and ours is not None:
-            label += " (ours: 2 passes, VAD's and the windows')"
         rows.append([label] + _cells(ours, key, not word_timestamps) + _cells(fw, key, not word_timestamps)
                     + [bound])
     return rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -78,11 +78,17 @@ class SileroVad:
         step = BLOCK_FRAMES * FRAME_SAMPLES
         return self.stream_probabilities(audio[start:start + step] for start in range(0, len(audio), step))
 
-    @torch.inference_mode()
     def stream_probabilities(self, blocks: Iterable[np.ndarray]) -> np.ndarray:
         """`probabilities` of the audio `blocks` make laid end to end, each of BLOCK_FRAMES frames (the last may be
         shorter), read one at a time: only one block of audio is held, however long the stream."""
-        state, context, out = None, np.zeros(CONTEXT_SAMPLES, np.float32), []
+        out = list(self.iter_probabilities(blocks))
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    @torch.inference_mode()
+    def iter_probabilities(self, blocks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """The float32 probabilities of each non-empty block's frames (`stream_probabilities`), as each block is
+        read: the LSTM state and the 64 samples of context carry over; no block is held past its own turn."""
+        state, context = None, np.zeros(CONTEXT_SAMPLES, np.float32)
         for block in blocks:
             if not len(block):
                 continue
@@ -98,8 +104,8 @@ class SileroVad:
             features = self.network.encoder(self.network.run_extractors(torch.from_numpy(np.ascontiguousarray(rows))))
             hidden, state = self.lstm(features.squeeze(-1).unsqueeze(0), state)  # features: [frames, 128]
             probs = self.network.decoder.decoder(hidden[0].unsqueeze(-1))  # [frames, 1, 1]
-            out.append(probs.reshape(-1))
-        return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+            del padded, rows, features, hidden
+            yield probs.reshape(-1).numpy()
 
 
 @functools.lru_cache(maxsize=1)

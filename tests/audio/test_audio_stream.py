@@ -122,9 +122,10 @@ def test_max_seconds_stops_the_decoder_at_the_limit():
     assert sum(map(len, iter_windows(undeclared, WINDOW, max_seconds=LONG_SECONDS))) == LONG_SECONDS * 16000
 
 
-def test_vad_reads_a_long_file_as_two_streams_never_whole():
-    """The VAD pass and the speech windows after it hold a Silero block (131 s, 8 MB) and a window at most, not the
-    20-minute signal (77 MB); over the limit, the VAD pass stops there; the windows are those of the whole signal."""
+def test_vad_reads_a_long_file_as_one_stream_never_whole():
+    """The one pass that feeds the VAD and the speech windows (transcription/input/vad_stream.py) holds a Silero block
+    (131 s, 8 MB) and a window at most, not the 20-minute signal (77 MB); over the limit, it stops there; the windows
+    are those of the whole signal."""
     from silent_media import silent_file
 
     from seq2seq_engine.audio.vad import VadOptions

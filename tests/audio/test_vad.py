@@ -102,8 +102,8 @@ def test_batched_probabilities_equal_the_modules_frame_by_frame_forward(recordin
 
 
 @pytest.mark.parametrize("options", [
-    VadOptions(),  # faster-whisper's VadOptions defaults (its transcribe)
-    VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160),  # its batched pipeline's
+    VadOptions(min_silence_duration_ms=2000),  # faster-whisper's VadOptions defaults (its transcribe)
+    VadOptions(max_speech_duration_s=30),  # its batched pipeline's (min_silence_duration_ms 160, our default)
     VadOptions(threshold=0.6, neg_threshold=0.2, min_speech_duration_ms=250, min_silence_duration_ms=100,
                speech_pad_ms=30),  # silero-vad's own defaults, with other thresholds
     VadOptions(max_speech_duration_s=2.0, min_silence_duration_ms=300, speech_pad_ms=100),

@@ -1,6 +1,7 @@
 """Where windows come from (window_source.py): clips cut from a stream equal clips cut from the whole signal, a
-WindowReader streams without VAD and packs speech inside the clips with it, and it counts what no window covers;
-TranscriptionOptions carries the VAD settings and the CLI turns every flag into one options object."""
+WindowReader streams without VAD and packs speech inside the clips with it (one decode: vad_stream.py), and it
+counts what no window covers; TranscriptionOptions carries the VAD settings and the CLI turns every flag into one
+options object."""
 import argparse
 
 import numpy as np
@@ -8,10 +9,12 @@ import pytest
 import soundfile
 
 from seq2seq_engine.audio import iter_windows, load_audio
+from seq2seq_engine.audio.silero import FRAME_SAMPLES
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.entrypoints import transcribe_cli
 from seq2seq_engine.transcription import TranscriptionOptions
-from seq2seq_engine.transcription.input import window_source
+from seq2seq_engine.transcription.input import vad_stream
+from seq2seq_engine.transcription.input.vad_windows import intersect_regions, pack_regions
 from seq2seq_engine.transcription.input.window_source import WindowReader, clip_spans, clip_stream, clip_windows
 
 SR = 16000
@@ -75,19 +78,35 @@ def test_reader_counts_the_audio_outside_the_clips(tmp_path):
     assert reader.position == 75 * SR and reader.covered == 45 * SR and reader.skipped == 30 * SR
 
 
+class _LoudFramesAreSpeech:
+    """Stands in for Silero: a frame is speech (probability 1) where its samples are loud."""
+
+    @staticmethod
+    def iter_probabilities(blocks):
+        for block in blocks:
+            frames = np.pad(block, (0, -len(block) % FRAME_SAMPLES)).reshape(-1, FRAME_SAMPLES)
+            yield (np.abs(frames).max(axis=1) > 0.25).astype(np.float32)
+
+
 def test_reader_packs_speech_inside_the_clips(monkeypatch):
-    audio = np.arange(100 * SR, dtype=np.float32)
-    regions = [(2 * SR, 8 * SR), (20 * SR, 30 * SR), (50 * SR, 90 * SR)]
-    monkeypatch.setattr(window_source, "stream_speech_regions",
-                        lambda source, options, max_seconds: (list(regions), len(load_audio(source))))
-    reader = WindowReader((audio, SR), W, clip_timestamps=(5.0, 25.0, 60.0), vad=VadOptions())
+    frames = [(64, 250), (625, 940), (1560, 2810)]  # speech at about 2-8 s, 20-30 s and 50-90 s
+    audio = np.zeros(3125 * FRAME_SAMPLES, np.float32)
+    for first, last in frames:
+        audio[first * FRAME_SAMPLES:last * FRAME_SAMPLES] = 0.5
+    monkeypatch.setattr(vad_stream, "load_silero_vad", lambda: _LoudFramesAreSpeech)
+    vad = VadOptions(speech_pad_ms=0, min_silence_duration_ms=0)  # regions are exactly the loud frames
+    reader = WindowReader((audio, SR), W, clip_timestamps=(5.0, 25.0, 60.0), vad=vad)
     cuts = _read_all(reader)
-    # the parts inside the clips: 5-8 s, 20-25 s (one window of 8 s), then 60-90 s (30 s)
-    assert [(start / SR, len(samples) / SR) for start, samples, _ in cuts] == [(5, 8), (60, 30)]
-    first_map = cuts[0][2]
-    assert first_map.regions == [(5 * SR, 8 * SR), (20 * SR, 25 * SR)] and first_map.to_original(4.0) == 21.0
-    np.testing.assert_array_equal(cuts[0][1][:3 * SR], load_audio((audio, SR))[5 * SR:8 * SR])  # scaled: §70
-    assert reader.position == 100 * SR and reader.skipped == 100 * SR - 38 * SR
+    regions = [(first * FRAME_SAMPLES, last * FRAME_SAMPLES) for first, last in frames]
+    inside = intersect_regions(regions, [(5 * SR, 25 * SR), (60 * SR, len(audio))])
+    expected = pack_regions(inside, W)  # 5-8 s with 20-25 s in one window, then 60-90 s
+    assert [time_map.regions for _, _, time_map in cuts] == expected and len(expected) == 2
+    assert [start for start, _, _ in cuts] == [5 * SR, 60 * SR]
+    assert cuts[0][2].to_original(4.0) == 21.0
+    for (_, samples, _), group in zip(cuts, expected):
+        np.testing.assert_array_equal(samples, np.concatenate([audio[start:end] for start, end in group]))
+    covered = sum(end - start for start, end in inside)
+    assert reader.position == len(audio) and reader.skipped == len(audio) - covered
 
 
 def test_options_carry_the_vad_settings():

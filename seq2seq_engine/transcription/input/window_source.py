@@ -6,10 +6,11 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, iter_windows, load_audio, split_into_windows
-from seq2seq_engine.audio.stream import is_file_source
-from seq2seq_engine.audio.vad import VadOptions, stream_speech_regions
-from seq2seq_engine.transcription.input.vad_windows import TimeMap, intersect_regions, pack_regions
+from seq2seq_engine.audio import HOP_LENGTH, SAMPLE_RATE, iter_windows, split_into_windows
+from seq2seq_engine.audio.silero import BLOCK_FRAMES, FRAME_SAMPLES
+from seq2seq_engine.audio.vad import VadOptions
+from seq2seq_engine.transcription.input.vad_stream import VadWindowStream
+from seq2seq_engine.transcription.input.vad_windows import TimeMap
 
 Span = Tuple[int, Optional[int]]  # [start, end) samples; end None: the end of the audio
 Cut = Tuple[int, np.ndarray, Optional[TimeMap]]  # (start sample in the input, samples, time map of packed speech)
@@ -69,12 +70,11 @@ class WindowReader:
     """One input's windows, read as the pipeline asks for them (`next_window`; None once all are read).
 
     Without VAD the file is decoded as a stream of 30 s windows (audio/stream.py), cut to the clips when
-    `clip_timestamps` are given, so memory holds the windows in flight, not the input. With `vad` the input is
-    read twice, each time as a stream: once for the Silero probabilities (its regions need the probabilities on both
-    sides of every pause; a float per 32 ms is all that is kept), then for the samples of its speech regions (inside
-    the clips), packed into windows with their time maps. With `max_seconds`, audio longer than that raises
-    AudioTooLong when the decoder (or the first pass) passes it, or on opening a file whose header says so.
-    `position` counts the input's samples decoded so far and `skipped` those of them no window covers (outside the
+    `clip_timestamps` are given, so memory holds the windows in flight, not the input. With `vad` the input is also
+    decoded once, as a stream of Silero blocks feeding both the probabilities and the samples of its speech regions
+    (inside the clips), packed into windows with their time maps as they fill (vad_stream.py). With `max_seconds`,
+    audio longer than that raises AudioTooLong when the decoder passes it, or on opening a file whose header says
+    so. `position` counts the input's samples decoded so far and `skipped` those of them no window covers (outside the
     clips, or not speech); both are final once `done`. Reading problems raise AudioError (or ValueError/TypeError).
     """
 
@@ -126,21 +126,6 @@ class WindowReader:
             yield start, samples, None
 
     def _vad_cuts(self) -> Iterator[Cut]:
-        source = self.source if is_file_source(self.source) else load_audio(self.source)  # arrays: held already
-        start = self.source.tell() if hasattr(self.source, "seek") else None  # a file object: read it twice
-        regions, self.position = stream_speech_regions(source, self.vad, self.max_seconds)
-        if self.clip_timestamps:
-            regions = intersect_regions(regions, clip_spans(self.clip_timestamps, self.position))
-        groups = pack_regions(regions, self.window_samples)
-        self.skipped = self.position - sum(end - begin for group in groups for begin, end in group)
-        if not groups:
-            return
-        if start is not None:
-            self.source.seek(start)
-        self._stream = iter_windows(source, self.window_samples)
-        # Every region of a group is at most a window long: one piece each, in order.
-        pieces = clip_stream(self._stream, [region for group in groups for region in group], self.window_samples)
-        for group in groups:
-            samples = np.concatenate([next(pieces)[1] for _ in group])
-            yield group[0][0], samples, TimeMap(group)
-            del samples
+        self._stream = iter_windows(self.source, BLOCK_FRAMES * FRAME_SAMPLES, max_seconds=self.max_seconds)
+        spans = clip_spans(self.clip_timestamps, None) if self.clip_timestamps else None
+        yield from VadWindowStream(self._counted(self._stream), self.vad, self.window_samples, spans)
