@@ -1,20 +1,16 @@
 /* The tiles of paged_attention_cpu.c's two passes written for AVX-512 (included by it when the CPU has
- * AVX-512F/BW/VL; the passes that walk a run over them are paged_attention_passes.h).
- *
- * scores pass: one dot product per (query row, cached position), bfloat16 rows widened in registers.
- * values pass: tiles of up to 4 query rows x 64 output floats accumulate in 16 registers over every cached
- * position, then are divided by their softmax sums and stored once. (The portable loop adds each position's
- * weighted row into the output in memory: every add waits for the previous store of the same row.)
- * Many query rows over one long kv head (T5's cross-attention over the encoder states: 12 rows x 768 floats) take
- * shared tiles instead: scores of 4 rows x 4 positions and values of 6 rows, each K/V load feeding every row.
+ * AVX-512F/BW/VL; the passes that walk a run over them are paged_attention_passes.h), bfloat16 rows widened in
+ * registers:
+ * scores: tiles of up to 6 rows reading one kv head x 4 positions (24 sums), each K load feeding every row and the
+ * four positions' sums reduced together (sum_of_four); row_score for the last positions of a context.
+ * values: tiles of up to 6 rows reading one kv head x 64 output floats (24 sums in registers over a chunk of
+ * positions), each V load feeding every row.
  */
 #include <immintrin.h>
 
 #include "lane_mask.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-#define TILE_ROWS 4
-#define TILE_WIDTH 64 /* floats of a head's row in one tile: 4 registers */
 
 /* 16 (masked) floats of a cache from element `index`, widened from bfloat16 when `bf16`. */
 ALWAYS_INLINE __m512 load_lanes(const void *cache, int64_t index, __mmask16 mask, const int bf16) {
@@ -24,10 +20,6 @@ ALWAYS_INLINE __m512 load_lanes(const void *cache, int64_t index, __mmask16 mask
     }
     return _mm512_maskz_loadu_ps(mask, (const float *)cache + index);
 }
-
-/* Rows of a grouped-query run that share a kv head take the shared tiles below when a head is at least this long;
- * with short heads the per-row loops already keep enough independent sums in flight. */
-#define SHARED_MIN_HEAD_SIZE 256
 
 /* The scaled score (before any position bias) of query row `r` (at `q_row`) against the run's position `t`. */
 ALWAYS_INLINE float row_score(const Job *job, const Scratch *scratch, const float *q_row, int64_t r, int64_t t,
@@ -52,117 +44,103 @@ ALWAYS_INLINE __m128 sum_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1));
 }
 
-/* Scores of SCORE_ROWS rows reading one kv head against SCORE_POSITIONS positions from `t`: 16 independent sums,
- * so a long row (a head of hundreds of floats) is not one chain of dependent adds, and each K or query load feeds
- * four products. (Six rows spilled the sums to the stack every step.) The next tile's K rows are prefetched beside
- * this tile's loads: no hardware prefetcher follows rows a block's stride apart. */
-#define SCORE_ROWS 4
-ALWAYS_INLINE void shared_scores_tile(const Job *job, const Run *run, Scratch *scratch, const float *q,
-                                      int64_t first_row, int64_t t, const int bf16) {
+/* Scores of `rows` rows of kv head `head`'s group (from its row `first`) x positions t0 to t1 (a multiple of
+ * SCORE_POSITIONS), with their position bias: tiles of rows x SCORE_POSITIONS sums, so each K load feeds every row
+ * and each query load four positions. Up to 6 rows: 24 sums, 4 K and a query register. */
+#define GROUP_SCORE_ROWS 6
+ALWAYS_INLINE void group_scores_tile(const Job *job, const Run *run, Scratch *scratch, int64_t head, int64_t first,
+                                     int64_t t0, int64_t t1, const int rows, const int bf16) {
     const int64_t d = job->head_size, element_bytes = bf16 ? 2 : 4;
-    int64_t k_start[SCORE_POSITIONS];
-    const char *next[SCORE_POSITIONS];
-    const int prefetch = score_tile_rows(job, run, scratch, first_row, t, bf16, k_start, next);
-    __m512 sum[SCORE_ROWS][SCORE_POSITIONS];
-    for (int r = 0; r < SCORE_ROWS; r++)
-        for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_setzero_ps();
-    const float *rows = q + first_row * d;
-    for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 mask = lanes(d - i);
-        if (prefetch)
-#pragma GCC unroll 8
-            for (int j = 0; j < SCORE_POSITIONS; j++) _mm_prefetch(next[j] + i * element_bytes, _MM_HINT_T0);
-        __m512 k[SCORE_POSITIONS];
-#pragma GCC unroll 8
-        for (int j = 0; j < SCORE_POSITIONS; j++) k[j] = load_lanes(job->key_cache, k_start[j] + i, mask, bf16);
-#pragma GCC unroll 8
-        for (int r = 0; r < SCORE_ROWS; r++) {
-            const __m512 query = _mm512_maskz_loadu_ps(mask, rows + r * d + i);
-#pragma GCC unroll 8
-            for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_fmadd_ps(query, k[j], sum[r][j]);
-        }
-    }
+    const float *query[GROUP_SCORE_ROWS], *bias[GROUP_SCORE_ROWS];
+    float *scores[GROUP_SCORE_ROWS];
+    group_tile_rows(job, run, scratch, head, first, rows, query, bias, scores);
     const __m128 scale = _mm_set1_ps(job->scale);
-    for (int r = 0; r < SCORE_ROWS; r++)
-        _mm_storeu_ps(scratch->scores + (first_row + r) * run->context + t,
-                      _mm_mul_ps(sum_of_four(sum[r][0], sum[r][1], sum[r][2], sum[r][3]), scale));
-}
-
-/* out[rows x 64 floats from `column`] of `rows` query rows from `first_row`, normalised by their sums. */
-ALWAYS_INLINE void values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
-                               int64_t column, const int rows, const int bf16) {
-    const int64_t d = job->head_size, width = job->num_kv_heads * d, context = run->context;
-    __mmask16 mask[4];
-    for (int j = 0; j < 4; j++) mask[j] = lanes(d - column - 16 * j);
-    __m512 sum[TILE_ROWS][4];
-    for (int k = 0; k < rows; k++)
-        for (int j = 0; j < 4; j++) sum[k][j] = _mm512_setzero_ps();
-    const float *probs = scratch->scores + first_row * context;
-    const int64_t *offsets = scratch->kv_offsets + first_row;
-    for (int64_t t = 0; t < context; t++) {
-        const int64_t row_start = scratch->slots[t] * width + column;
-        for (int k = 0; k < rows; k++) {
-            const __m512 p = _mm512_set1_ps(probs[k * context + t]);
-            for (int j = 0; j < 4; j++)
-                sum[k][j] = _mm512_fmadd_ps(
-                    p, load_lanes(job->value_cache, row_start + offsets[k] + 16 * j, mask[j], bf16), sum[k][j]);
+    for (int64_t t = t0; t < t1; t += SCORE_POSITIONS) {
+        int64_t k_start[SCORE_POSITIONS];
+        const char *next[SCORE_POSITIONS];
+        const int prefetch = score_tile_rows(job, run, scratch, head * d, t, bf16, k_start, next);
+        __m512 sum[GROUP_SCORE_ROWS][SCORE_POSITIONS];
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i += 16) {
+            const __mmask16 mask = lanes(d - i);
+            if (prefetch && (i * element_bytes) % 64 == 0)   /* once a cache line */
+                for (int j = 0; j < SCORE_POSITIONS; j++) _mm_prefetch(next[j] + i * element_bytes, _MM_HINT_T1);
+            __m512 k[SCORE_POSITIONS];
+            for (int j = 0; j < SCORE_POSITIONS; j++) k[j] = load_lanes(job->key_cache, k_start[j] + i, mask, bf16);
+            for (int r = 0; r < rows; r++) {
+                const __m512 q = _mm512_maskz_loadu_ps(mask, query[r] + i);
+                for (int j = 0; j < SCORE_POSITIONS; j++) sum[r][j] = _mm512_fmadd_ps(q, k[j], sum[r][j]);
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            const __m128 score = _mm_mul_ps(sum_of_four(sum[r][0], sum[r][1], sum[r][2], sum[r][3]), scale);
+            _mm_storeu_ps(scores[r] + t, bias[r] ? _mm_add_ps(score, _mm_loadu_ps(bias[r] + t)) : score);
         }
     }
-    float *out = job->out + (run->first * job->num_heads + first_row) * d + column;
-    for (int k = 0; k < rows; k++) {
-        const __m512 inverse = _mm512_set1_ps(1.0f / scratch->sums[first_row + k]);
-        for (int j = 0; j < 4; j++)
-            _mm512_mask_storeu_ps(out + k * d + 16 * j, mask[j], _mm512_mul_ps(sum[k][j], inverse));
-    }
 }
 
-/* out[SHARED_VALUE_ROWS rows reading one kv head x 64 floats from `column`]: each V load feeds six rows, whose
- * 24 sums stay in registers over every position. */
-#define SHARED_VALUE_ROWS 6
-#define SHARED_VALUE_WIDTH TILE_WIDTH
-#define VALUE_PREFETCH_ROWS 16
-ALWAYS_INLINE void shared_values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
-                                      int64_t column, const int bf16) {
+/* out[rows x 64 floats from `column`] of `rows` rows of kv head `head`'s group (from its row `first`) over positions
+ * t0 to t1: the sums start from the output the chunks before left (zero at the first), each V load feeds every row,
+ * and the last chunk divides them by the softmax sums. Up to 6 rows: 24 sums, 4 V and a probability register. */
+#define GROUP_VALUE_ROWS 6
+#define GROUP_VALUE_WIDTH 64
+ALWAYS_INLINE void group_values_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t head,
+                                     int64_t first, int64_t column, int64_t t0, int64_t t1, const int rows,
+                                     const int bf16) {
     const int64_t d = job->head_size, width = job->num_kv_heads * d, context = run->context;
-    const int64_t offset = scratch->kv_offsets[first_row] + column;
+    const int64_t offset = head * d + column, element_bytes = bf16 ? 2 : 4;
+    const float *probs[GROUP_VALUE_ROWS];
+    float *out[GROUP_VALUE_ROWS], factor[GROUP_VALUE_ROWS];
+    group_value_rows(job, run, scratch, head, first, rows, column, t1 == context, probs, out, factor);
     __mmask16 mask[4];
     for (int j = 0; j < 4; j++) mask[j] = lanes(d - column - 16 * j);
-    __m512 sum[SHARED_VALUE_ROWS][4];
-    for (int k = 0; k < SHARED_VALUE_ROWS; k++)
-        for (int j = 0; j < 4; j++) sum[k][j] = _mm512_setzero_ps();
-    const float *probs = scratch->scores + first_row * context;
-    const int64_t element_bytes = bf16 ? 2 : 4;
-    for (int64_t t = 0; t < context; t++) {
+    __m512 sum[GROUP_VALUE_ROWS][4];
+    for (int k = 0; k < rows; k++)
+        for (int j = 0; j < 4; j++)
+            sum[k][j] = t0 ? _mm512_maskz_loadu_ps(mask[j], out[k] + 16 * j) : _mm512_setzero_ps();
+    for (int64_t t = t0; t < t1; t++) {
         const int64_t row_start = scratch->slots[t] * width + offset;
-        /* the rows are a block's stride apart: no hardware prefetcher follows them */
-        if (t + VALUE_PREFETCH_ROWS < context) {
+        if (t + GROUP_CHUNK < context) {
             const char *ahead = (const char *)job->value_cache +
-                                (scratch->slots[t + VALUE_PREFETCH_ROWS] * width + offset) * element_bytes;
-            for (int j = 0; j < 4; j++) _mm_prefetch(ahead + 16 * j * element_bytes, _MM_HINT_T0);
+                                (scratch->slots[t + GROUP_CHUNK] * width + offset) * element_bytes;
+            for (int64_t byte = 0; byte < 64 * element_bytes; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T1);
         }
         __m512 v[4];
         for (int j = 0; j < 4; j++) v[j] = load_lanes(job->value_cache, row_start + 16 * j, mask[j], bf16);
-        for (int k = 0; k < SHARED_VALUE_ROWS; k++) {
-            const __m512 p = _mm512_set1_ps(probs[k * context + t]);
+        for (int k = 0; k < rows; k++) {
+            const __m512 p = _mm512_set1_ps(probs[k][t]);
             for (int j = 0; j < 4; j++) sum[k][j] = _mm512_fmadd_ps(p, v[j], sum[k][j]);
         }
     }
-    float *out = job->out + (run->first * job->num_heads + first_row) * d + column;
-    for (int k = 0; k < SHARED_VALUE_ROWS; k++) {
-        const __m512 inverse = _mm512_set1_ps(1.0f / scratch->sums[first_row + k]);
+    for (int k = 0; k < rows; k++)
         for (int j = 0; j < 4; j++)
-            _mm512_mask_storeu_ps(out + k * d + 16 * j, mask[j], _mm512_mul_ps(sum[k][j], inverse));
+            _mm512_mask_storeu_ps(out[k] + 16 * j, mask[j], _mm512_mul_ps(sum[k][j], _mm512_set1_ps(factor[k])));
+}
+
+/* The group tiles with `rows` (1 to 6) a constant in each copy. */
+ALWAYS_INLINE void group_scores_rows(const Job *job, const Run *run, Scratch *scratch, int64_t head, int64_t first,
+                                     int64_t t0, int64_t t1, const int rows, const int bf16) {
+    switch (rows) {
+        case 1: group_scores_tile(job, run, scratch, head, first, t0, t1, 1, bf16); break;
+        case 2: group_scores_tile(job, run, scratch, head, first, t0, t1, 2, bf16); break;
+        case 3: group_scores_tile(job, run, scratch, head, first, t0, t1, 3, bf16); break;
+        case 4: group_scores_tile(job, run, scratch, head, first, t0, t1, 4, bf16); break;
+        case 5: group_scores_tile(job, run, scratch, head, first, t0, t1, 5, bf16); break;
+        default: group_scores_tile(job, run, scratch, head, first, t0, t1, 6, bf16);
     }
 }
 
-
-/* values_tile for the 1 to TILE_ROWS - 1 rows left at the end of a run (a constant in each copy). */
-ALWAYS_INLINE void values_tail_tile(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
-                                    int64_t column, const int rows, const int bf16) {
+ALWAYS_INLINE void group_values_rows(const Job *job, const Run *run, const Scratch *scratch, int64_t head,
+                                     int64_t first, int64_t column, int64_t t0, int64_t t1, const int rows,
+                                     const int bf16) {
     switch (rows) {
-        case 1: values_tile(job, run, scratch, first_row, column, 1, bf16); break;
-        case 2: values_tile(job, run, scratch, first_row, column, 2, bf16); break;
-        default: values_tile(job, run, scratch, first_row, column, 3, bf16);
+        case 1: group_values_tile(job, run, scratch, head, first, column, t0, t1, 1, bf16); break;
+        case 2: group_values_tile(job, run, scratch, head, first, column, t0, t1, 2, bf16); break;
+        case 3: group_values_tile(job, run, scratch, head, first, column, t0, t1, 3, bf16); break;
+        case 4: group_values_tile(job, run, scratch, head, first, column, t0, t1, 4, bf16); break;
+        case 5: group_values_tile(job, run, scratch, head, first, column, t0, t1, 5, bf16); break;
+        default: group_values_tile(job, run, scratch, head, first, column, t0, t1, 6, bf16);
     }
 }
 

@@ -11,8 +11,9 @@
  * cross-attention table): a run's K/V rows are read once for all its queries. Runs are shared among
  * `num_threads` OpenMP threads (torch's own pool: the library links the libgomp torch loaded) through an atomic
  * counter. The two passes over a run (scores, then softmax-weighted values) are paged_attention_passes.h over the
- * tiles of paged_attention_avx512.h or paged_attention_avx2.h where the build targets those instruction sets, and
- * the portable loops below elsewhere.
+ * tiles of paged_attention_avx512.h or paged_attention_avx2.h where the build targets those instruction sets (a kv
+ * head at a time, each K/V load feeding every row that reads it: paged_attention_groups.h), and the portable loops
+ * below elsewhere.
  */
 #include <math.h>
 #include <stdint.h>
@@ -75,21 +76,7 @@ static void run_kv_offsets(const Job *job, int64_t rows, int64_t *offsets) {
     for (int64_t r = 0; r < rows; r++) offsets[r] = (r % job->num_heads) / group * job->head_size;
 }
 
-#define SCORE_POSITIONS 4 /* positions of a shared scores tile, in both instruction sets' tiles */
-
-/* Where the K rows of a shared scores tile (SCORE_POSITIONS positions from `t`, the kv head of `first_row`) start,
- * in elements, and where the next tile's rows start, to prefetch; returns whether there is a next tile. */
-static inline int score_tile_rows(const Job *job, const Run *run, const Scratch *scratch, int64_t first_row,
-                                  int64_t t, int bf16, int64_t *k_start, const char **next) {
-    const int64_t width = job->num_kv_heads * job->head_size, offset = scratch->kv_offsets[first_row];
-    const int prefetch = t + 2 * SCORE_POSITIONS <= run->context;
-    for (int j = 0; j < SCORE_POSITIONS; j++) {
-        k_start[j] = scratch->slots[t + j] * width + offset;
-        next[j] = (const char *)job->key_cache +
-                  (prefetch ? scratch->slots[t + SCORE_POSITIONS + j] * width + offset : 0) * (bf16 ? 2 : 4);
-    }
-    return prefetch;
-}
+#include "paged_attention_groups.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include "paged_attention_avx512.h"
