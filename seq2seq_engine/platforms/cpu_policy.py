@@ -106,10 +106,13 @@ class CpuPlatform:
         return "float32" if dtype == "bfloat16" and not self.native_bf16 else dtype
 
     def encoder_attention_dtype(self, quantization) -> str:
-        """The dtype an encoder's self-attention computes in: bfloat16 for an int8 model where bf16 matmuls are
-        native (Whisper's 1,500-frame window attends 2.3x faster; the int8 linears already round the activations
-        more than bfloat16 does), else float32. SEQ2SEQ_ENGINE_INT8_BF16_ATTENTION=0 keeps float32."""
-        native = self.native_bf16 and env_switch(INT8_BF16_ATTENTION_ENV)
+        """The dtype an encoder's self-attention computes in: bfloat16 for an int8 model where bf16 attention is
+        faster (the int8 linears already round the activations more than bfloat16 does), else float32: on AMD CPUs
+        with native bf16 (Whisper's 1,500-frame window attends 2.3x faster on Zen) and Intel ones with AMX; an Intel
+        CPU with AVX-512 BF16 but no AMX attends 1.35x slower in bf16 (decisions §36).
+        SEQ2SEQ_ENGINE_INT8_BF16_ATTENTION=0 keeps float32."""
+        faster = self.native_bf16 and (self.info.vendor != INTEL or self.info.has("amx_bf16"))
+        native = faster and env_switch(INT8_BF16_ATTENTION_ENV)
         return "bfloat16" if quantization == "int8" and native else "float32"
 
     def float32_linear_order(self, role: str) -> Tuple[str, ...]:

@@ -1,5 +1,6 @@
 """The CPU platform's policy table (seq2seq_engine/platforms/cpu_policy.py) on the CPU kinds this project runs on, the
 SEQ2SEQ_ENGINE_CPU_ISA cap and the overrides it reads."""
+import dataclasses
 import subprocess
 import sys
 
@@ -94,11 +95,14 @@ def test_the_cap_reaches_the_libraries_when_set_before_the_engine_is_imported():
     assert result.stdout.split()[2] in ("AVX2", "DEFAULT")     # never above the cap
 
 
-def test_an_int8_models_encoder_attends_in_bfloat16_only_where_bf16_is_native(monkeypatch):
+def test_an_int8_models_encoder_attends_in_bfloat16_only_where_bf16_attention_is_faster(monkeypatch):
     for info in (ZEN4, XEON_AMX, EPYC_AVX2, ALDER_LAKE, OLD):
         platform = CpuPlatform.from_cpu(info)
         assert platform.encoder_attention_dtype("int8") == ("bfloat16" if platform.native_bf16 else "float32")
         assert platform.encoder_attention_dtype(None) == "float32"  # float32 models keep float32 (HF parity)
+    xeon_without_amx = dataclasses.replace(XEON_AMX, flags=frozenset(AVX512 | {"avx512_vnni", "avx512_bf16"}))
+    assert CpuPlatform.from_cpu(xeon_without_amx).native_bf16
+    assert CpuPlatform.from_cpu(xeon_without_amx).encoder_attention_dtype("int8") == "float32"
     monkeypatch.setenv(INT8_BF16_ATTENTION_ENV, "0")
     assert CpuPlatform.from_cpu(ZEN4).encoder_attention_dtype("int8") == "float32"
     monkeypatch.setenv(INT8_BF16_ATTENTION_ENV, "1")
