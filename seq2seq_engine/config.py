@@ -125,6 +125,9 @@ class CacheConfig:
     # prefix (vLLM's automatic prefix caching), cross tables found again by their encoder input.
     enable_prefix_caching: bool = True
     enable_encoder_cache: bool = True
+    # At most this many free blocks keep cached content (None: any number); the engine sets it for a CPU pool
+    # (decisions §29).
+    max_cached_blocks: Optional[int] = None
 
     def __post_init__(self) -> None:
         _require_positive("block_size", self.block_size)
@@ -136,6 +139,9 @@ class CacheConfig:
         if self.swap_space_gb < 0:
             raise ValueError(f"swap_space_gb must be >= 0, got {self.swap_space_gb!r}")
         _require_positive("num_gpu_blocks", self.num_gpu_blocks)
+        if self.max_cached_blocks is not None and (not isinstance(self.max_cached_blocks, int)
+                                                   or self.max_cached_blocks < 0):
+            raise ValueError(f"max_cached_blocks must be None or an integer >= 0, got {self.max_cached_blocks!r}")
         if self.num_cpu_blocks is not None and (not isinstance(self.num_cpu_blocks, int) or self.num_cpu_blocks < 0):
             raise ValueError(f"num_cpu_blocks must be a non-negative integer, got {self.num_cpu_blocks!r}")
         if not 0.0 <= self.watermark < 1.0:

@@ -44,16 +44,23 @@ class BlockAllocator:
     """A fixed pool of blocks with reference counts. A block whose count reaches 0 returns to the free list, or, when
     it holds cached content (`cache_key` set), waits among the evictable blocks: it can still be taken back by the
     cache (`reuse`), and is handed out again only when no plain free block is left, the least recently freed first.
-    `on_evict(block)` tells the cache that owns the key before the block is reused for other content."""
+    At most `max_evictable` blocks wait (None: any number): past that the oldest is evicted into the free list at
+    once, so a CPU pool, whose pages cost memory only once written, reuses written blocks instead of writing new ones
+    (decisions §29). `on_evict(block)` tells the cache that owns the key before the block is reused for other
+    content."""
 
     def __init__(self, device: Device, block_size: int, num_blocks: int,
-                 on_evict: Optional[Callable[[PhysicalTokenBlock], None]] = None) -> None:
+                 on_evict: Optional[Callable[[PhysicalTokenBlock], None]] = None,
+                 max_evictable: Optional[int] = None) -> None:
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
+        if max_evictable is not None and max_evictable < 0:
+            raise ValueError(f"max_evictable must be None or >= 0, got {max_evictable}")
         self.device = device
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.on_evict = on_evict
+        self.max_evictable = max_evictable
         # Popped from the end: the lowest block numbers are handed out first.
         self.free_blocks: List[PhysicalTokenBlock] = [
             PhysicalTokenBlock(device, number, block_size) for number in reversed(range(num_blocks))]
@@ -80,6 +87,8 @@ class BlockAllocator:
                 self.free_blocks.append(block)
             else:
                 self.evictable[block.block_number] = block
+                if self.max_evictable is not None and len(self.evictable) > self.max_evictable:
+                    self.free_blocks.append(self._evict_oldest())
 
     def reuse(self, block: PhysicalTokenBlock) -> None:
         """Take one more reference to a cached block, an evictable one included."""

@@ -19,13 +19,15 @@ class BlockSpaceManager(BlockSwapping):
     `enable_encoder_cache`: requests with the same encoder input share one cross table."""
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
-                 enable_prefix_caching: bool = False, enable_encoder_cache: bool = False) -> None:
+                 enable_prefix_caching: bool = False, enable_encoder_cache: bool = False,
+                 max_cached_blocks: Optional[int] = None) -> None:
         self.block_size = block_size
         self.num_total_gpu_blocks = num_gpu_blocks
         self.num_total_cpu_blocks = num_cpu_blocks
         # Headroom kept free at admission so running sequences can still append without immediate preemption.
         self.watermark_blocks = int(watermark * num_gpu_blocks)
-        self.gpu_allocator = BlockAllocator(Device.GPU, block_size, num_gpu_blocks, on_evict=self._on_evict)
+        self.gpu_allocator = BlockAllocator(Device.GPU, block_size, num_gpu_blocks, on_evict=self._on_evict,
+                                            max_evictable=max_cached_blocks)
         self.cpu_allocator = BlockAllocator(Device.CPU, block_size, num_cpu_blocks)
         self.prefix_cache = PrefixCache(self.gpu_allocator) if enable_prefix_caching else None
         self.cross_cache = CrossCache(self.gpu_allocator) if enable_encoder_cache else None

@@ -36,7 +36,7 @@ class Scheduler:
         self.cache_config = cache_config
         self.block_manager = BlockSpaceManager(
             cache_config.block_size, cache_config.num_gpu_blocks, cache_config.num_cpu_blocks, cache_config.watermark,
-            cache_config.enable_prefix_caching, cache_config.enable_encoder_cache)
+            cache_config.enable_prefix_caching, cache_config.enable_encoder_cache, cache_config.max_cached_blocks)
         self.waiting: Deque[SequenceGroup] = deque()
         self.running: Deque[SequenceGroup] = deque()
         self.swapped: Deque[SequenceGroup] = deque()

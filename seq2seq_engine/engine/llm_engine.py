@@ -42,6 +42,9 @@ from seq2seq_engine.worker.model_runner import ModelRunner
 logger = logging.getLogger(__name__)
 
 _GIB = 1 << 30
+# On the CPU, free blocks keeping cached content (cross tables, prefix blocks) are capped at this much KV memory, so
+# the pages a pool has written stay bounded by the work in flight, not by how much work went through (decisions §29).
+CPU_CACHED_KV_BYTES = 512 << 20
 
 
 class LLMEngine(EnginePortMethods):
@@ -124,7 +127,11 @@ class LLMEngine(EnginePortMethods):
         if num_gpu_blocks <= 0:
             raise ValueError(f"the KV cache holds no block: one block needs {block_bytes} bytes; raise "
                              f"kv_cache_space_gb (now {cache_config.kv_cache_space_gb})")
-        return dataclasses.replace(cache_config, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+        max_cached = cache_config.max_cached_blocks
+        if max_cached is None and self.device.type == "cpu":
+            max_cached = num_blocks_for_bytes(CPU_CACHED_KV_BYTES, block_bytes)
+        return dataclasses.replace(cache_config, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
+                                   max_cached_blocks=max_cached)
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: Any,

@@ -148,3 +148,12 @@ def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(models
     hits = cache.num_hit_tokens
     llm.generate(prompts, params, use_tqdm=False)
     assert cache.num_hit_tokens == hits  # the same prompts: their blocks were forgotten
+
+
+def test_a_cpu_engine_caps_the_free_blocks_its_caches_keep(models):
+    from seq2seq_engine.engine.llm_engine import CPU_CACHED_KV_BYTES
+    from seq2seq_engine.worker.cache_engine import cache_block_bytes
+    engine = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.01).llm_engine
+    block_bytes = cache_block_bytes(*engine.model_runner.model.kv_cache_spec(), BLOCK_SIZE, engine.kv_cache_dtype)
+    assert engine.cache_config.max_cached_blocks == CPU_CACHED_KV_BYTES // block_bytes > 0
+    assert engine.scheduler.block_manager.gpu_allocator.max_evictable == engine.cache_config.max_cached_blocks
