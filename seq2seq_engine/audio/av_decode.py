@@ -89,10 +89,16 @@ def _frames(container: Any, stream: Any, name: str) -> Iterator[Any]:
 
 
 def _mono(frame: Any) -> np.ndarray:
-    planes = frame.to_ndarray()  # fltp: [channels, samples]
-    if planes.shape[0] == 1:
-        return planes[0]
-    return planes.mean(axis=0, dtype=np.float32)
+    """The channel mean of an fltp frame, as `frame.to_ndarray().mean(axis=0, dtype=np.float32)` computes it (the
+    planes added in order, then divided by their count), read from the planes without the per-frame stacking and
+    reduction wrappers (a third of a 30-minute MP3's decode time)."""
+    planes = [np.frombuffer(plane, dtype=np.float32, count=frame.samples) for plane in frame.planes]
+    total = planes[0].copy()  # the frame's buffer is the resampler's, reused by its next call
+    for plane in planes[1:]:
+        total += plane
+    if len(planes) > 1:
+        np.true_divide(total, len(planes), out=total)
+    return total
 
 
 def iter_av_blocks(source: Any, name: str, target_sr: int = SAMPLE_RATE,

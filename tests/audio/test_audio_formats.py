@@ -114,3 +114,17 @@ def test_truncated_files(tmp_path):
     header_only.write_bytes(data[:100])
     with pytest.raises(AudioError, match=r"header\.mp3: "):
         load_audio(header_only)
+
+
+@pytest.mark.parametrize("layout, channels", [("mono", 1), ("stereo", 2), ("2.1", 3), ("5.1", 6)])
+def test_a_frames_channel_mean_equals_numpys_mean_of_its_planes(layout, channels):
+    """av_decode._mono reads the planes directly: bitwise what to_ndarray().mean(axis=0) gives, and its own copy."""
+    import av
+
+    from seq2seq_engine.audio.av_decode import _mono
+    planes = np.random.default_rng(channels).standard_normal((channels, 1151)).astype(np.float32)
+    frame = av.AudioFrame.from_ndarray(planes, format="fltp", layout=layout)
+    mono = _mono(frame)
+    expected = frame.to_ndarray().mean(axis=0, dtype=np.float32)
+    assert mono.dtype == np.float32 and mono.shape == (1151,) and np.array_equal(mono, expected)
+    assert not np.shares_memory(mono, np.frombuffer(frame.planes[0], dtype=np.float32))
