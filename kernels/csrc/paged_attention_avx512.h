@@ -131,17 +131,4 @@ ALWAYS_INLINE void group_scores_rows(const Job *job, const Run *run, Scratch *sc
     }
 }
 
-ALWAYS_INLINE void group_values_rows(const Job *job, const Run *run, const Scratch *scratch, int64_t head,
-                                     int64_t first, int64_t column, int64_t t0, int64_t t1, const int rows,
-                                     const int bf16) {
-    switch (rows) {
-        case 1: group_values_tile(job, run, scratch, head, first, column, t0, t1, 1, bf16); break;
-        case 2: group_values_tile(job, run, scratch, head, first, column, t0, t1, 2, bf16); break;
-        case 3: group_values_tile(job, run, scratch, head, first, column, t0, t1, 3, bf16); break;
-        case 4: group_values_tile(job, run, scratch, head, first, column, t0, t1, 4, bf16); break;
-        case 5: group_values_tile(job, run, scratch, head, first, column, t0, t1, 5, bf16); break;
-        default: group_values_tile(job, run, scratch, head, first, column, t0, t1, 6, bf16);
-    }
-}
-
 #include "paged_attention_passes.h"

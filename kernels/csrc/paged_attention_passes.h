@@ -4,7 +4,7 @@
  * A run walks head-major: the rows reading one kv head (every sequence of the run times the query heads of its
  * group; sequence-major rows put the beams of a request that read one kv head num_heads rows apart) share each K/V
  * load. Scores take tiles of up to GROUP_SCORE_ROWS rows x SCORE_POSITIONS positions and values tiles of up to
- * GROUP_VALUE_ROWS rows x GROUP_VALUE_WIDTH floats (group_scores_rows and group_values_rows of the tile headers,
+ * GROUP_VALUE_ROWS rows x GROUP_VALUE_WIDTH floats (the tile headers' group_scores_rows, group_values_rows below;
  * `rows` a constant in each copy); a larger group splits into even parts (7 rows into 4 and 3), each loading the
  * chunk's K/V again, from the L1. Positions go in chunks of GROUP_CHUNK, every kv head over one chunk before the
  * next, so the cached rows are read whole while they are in cache, in the order they lie in memory.
@@ -15,6 +15,20 @@
 /* The size of part `part` of a group of `rows` rows split into `parts` parts as even as possible. */
 ALWAYS_INLINE int part_rows(int64_t rows, int64_t parts, int64_t part) {
     return (int)(rows / parts + (part < rows % parts));
+}
+
+/* group_values_tile with `rows` a constant in each copy (1 to 6; each tile header sizes its own values tile). */
+ALWAYS_INLINE void group_values_rows(const Job *job, const Run *run, const Scratch *scratch, int64_t head,
+                                     int64_t first, int64_t column, int64_t t0, int64_t t1, const int rows,
+                                     const int bf16) {
+    switch (rows) {
+        case 1: group_values_tile(job, run, scratch, head, first, column, t0, t1, 1, bf16); break;
+        case 2: group_values_tile(job, run, scratch, head, first, column, t0, t1, 2, bf16); break;
+        case 3: group_values_tile(job, run, scratch, head, first, column, t0, t1, 3, bf16); break;
+        case 4: group_values_tile(job, run, scratch, head, first, column, t0, t1, 4, bf16); break;
+        case 5: group_values_tile(job, run, scratch, head, first, column, t0, t1, 5, bf16); break;
+        default: group_values_tile(job, run, scratch, head, first, column, t0, t1, 6, bf16);
+    }
 }
 
 ALWAYS_INLINE void scores_of(const Job *job, const Run *run, Scratch *scratch, const int bf16) {

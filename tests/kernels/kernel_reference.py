@@ -1,6 +1,7 @@
 """Slow, loop-based reference implementations of the cache kernels (seq2seq_engine.kernels), for test_kernels."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -59,3 +60,21 @@ def ref_swap_blocks(src, dst, block_mapping) -> None:
     """Copy pair by pair across devices."""
     for src_block, dst_block in block_mapping.tolist():
         dst[dst_block] = src[src_block].to(dst.device)
+
+
+def random_paged_cache(gen, lens, block_size, num_kv_heads, head_size, dtype):
+    """(key_cache, value_cache, int32 block tables): random K/V of each sequence of `lens` scattered into shuffled
+    blocks, NaN in every slot no table uses, and a spare column in the tables."""
+    num_blocks = sum(math.ceil(n / block_size) for n in lens) + 3
+    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    key_cache, value_cache = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.zeros(len(lens), max(math.ceil(n / block_size) for n in lens) + 1, dtype=torch.int32)
+    for seq, n in enumerate(lens):
+        for index in range(math.ceil(n / block_size)):
+            tables[seq, index] = order.pop()
+        for pos in range(n):
+            block, offset = int(tables[seq, pos // block_size]), pos % block_size
+            key_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
+            value_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
+    return key_cache.to(dtype), value_cache.to(dtype), tables

@@ -3,11 +3,11 @@ cross-attention table), whose rows reading one kv head the kernel walks together
 GQA and MQA, head sizes 64 and ones that leave a partial register (40, 80, 20), float32 and bfloat16 caches,
 contexts around its chunk and tile sizes, with and without a position bias, against a plain-torch float64 reference
 on random inputs, in every build this CPU can run (AVX-512, AVX2 and portable)."""
-import math
 import platform
 
 import pytest
 import torch
+from kernel_reference import random_paged_cache
 from linear_isa import MARCH_FLAGS, attention_isa, cpu_flags, target_flags
 
 from seq2seq_engine.kernels import native
@@ -33,23 +33,6 @@ def build(request, monkeypatch):
     assert paged_attention_isa() == attention_isa(flags)
     yield request.param
     native.load_library.cache_clear()
-
-
-def _requests(gen, lens, block_size, num_kv_heads, head_size, dtype):
-    """One block table per request over shuffled blocks of random K/V (NaN in every slot no table uses)."""
-    num_blocks = sum(math.ceil(n / block_size) for n in lens) + 3
-    shape = (num_blocks, block_size, num_kv_heads, head_size)
-    key_cache, value_cache = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
-    order = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.zeros(len(lens), max(math.ceil(n / block_size) for n in lens) + 1, dtype=torch.int32)
-    for request, n in enumerate(lens):
-        for index in range(math.ceil(n / block_size)):
-            tables[request, index] = order.pop()
-        for pos in range(n):
-            block, offset = int(tables[request, pos // block_size]), pos % block_size
-            key_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
-            value_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
-    return key_cache.to(dtype), value_cache.to(dtype), tables
 
 
 def _reference(query, key_cache, value_cache, tables, lens, scale, bias=None):
@@ -91,7 +74,7 @@ def test_runs_of_beams_match_a_float64_reference(build, dtype, num_heads, num_kv
     gen = torch.Generator().manual_seed(num_heads * 1000 + num_kv_heads * 100 + head_size)
     beams = [5, 2, 1, 8, 3, 7, 4, 6]
     lens = [1500, 3, 37, 33, 100, 31, 64, 250]
-    key_cache, value_cache, tables = _requests(gen, lens, 16, num_kv_heads, head_size, dtype)
+    key_cache, value_cache, tables = random_paged_cache(gen, lens, 16, num_kv_heads, head_size, dtype)
     beam_tables, beam_lens = _beams(tables, lens, beams)
     query = torch.randn(len(beam_lens), num_heads, head_size, generator=gen)
     scale = head_size ** -0.5
@@ -106,7 +89,7 @@ def test_runs_of_beams_with_a_position_bias(build, dtype, num_heads, num_kv_head
     """A per-sequence, per-head bias row (T5's relative position bias) on runs of beams: each row keeps its own."""
     gen = torch.Generator().manual_seed(num_heads + num_kv_heads)
     beams, lens, head_size = [4, 1, 3, 2], [70, 9, 45, 4], 20
-    key_cache, value_cache, tables = _requests(gen, lens, 8, num_kv_heads, head_size, dtype)
+    key_cache, value_cache, tables = random_paged_cache(gen, lens, 8, num_kv_heads, head_size, dtype)
     beam_tables, beam_lens = _beams(tables, lens, beams)
     query = torch.randn(len(beam_lens), num_heads, head_size, generator=gen)
     bias = torch.randn(len(beam_lens), num_heads, max(lens) + 5, generator=gen) * 3.0
@@ -120,7 +103,7 @@ def test_runs_of_beams_with_empty_and_block_aligned_contexts(build):
     the cache in a run of beams is refused."""
     gen = torch.Generator().manual_seed(7)
     beams, lens = [3, 2, 4], [0, 32, 48]
-    key_cache, value_cache, tables = _requests(gen, [1, 32, 48], 16, 4, 64, torch.float32)
+    key_cache, value_cache, tables = random_paged_cache(gen, [1, 32, 48], 16, 4, 64, torch.float32)
     beam_tables, beam_lens = _beams(tables, lens, beams)
     query = torch.randn(len(beam_lens), 4, 64, generator=gen)
     out = native_paged_attention(query, key_cache, value_cache, beam_tables, beam_lens, 0.125)

@@ -2,34 +2,15 @@
 paged decode (native C kernel and torch path, float32 and bfloat16, MHA/GQA) with a per-sequence, per-head bias
 over cached positions, block-diagonal prefill with the bias of each block's positions, and the decode bias against
 the last row of the prefill mask, and the per-forward-pass sharing of masks and bucket indices."""
-import math
 
 import pytest
 import torch
 from attention.test_varlen_attention import make_bias
-from kernel_reference import ref_gather_context
+from kernel_reference import random_paged_cache, ref_gather_context
 
 from seq2seq_engine.attention.backends.torch_backend import varlen_attention
 from seq2seq_engine.attention.position_bias import StepPositionBias, StepRelativeBuckets, as_step_bias
 from seq2seq_engine.kernels import paged_attention
-
-
-def _paged(gen, lens, block_size, num_kv_heads, head_size, dtype):
-    """Random K/V scattered into shuffled blocks (NaN elsewhere) and the int32 block tables."""
-    width = max(math.ceil(n / block_size) for n in lens) + 1
-    num_blocks = sum(math.ceil(n / block_size) for n in lens) + 3
-    shape = (num_blocks, block_size, num_kv_heads, head_size)
-    key_cache, value_cache = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
-    order = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.zeros(len(lens), width, dtype=torch.int32)
-    for seq, n in enumerate(lens):
-        for index in range(math.ceil(n / block_size)):
-            tables[seq, index] = order.pop()
-        for pos in range(n):
-            block, offset = int(tables[seq, pos // block_size]), pos % block_size
-            key_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
-            value_cache[block, offset] = torch.randn(num_kv_heads, head_size, generator=gen)
-    return key_cache.to(dtype), value_cache.to(dtype), tables
 
 
 def _reference_decode(query, key_cache, value_cache, tables, lens, scale, bias):
@@ -54,7 +35,7 @@ def test_paged_decode_with_position_bias(num_heads, num_kv_heads, dtype, head_si
     # equal neighbours with equal tables form one run in the native kernel; each keeps its own bias row
     lens = [1, 4, 5, 5, 23, 9, 40]
     block_size = 4
-    key_cache, value_cache, tables = _paged(gen, lens, block_size, num_kv_heads, head_size, dtype)
+    key_cache, value_cache, tables = random_paged_cache(gen, lens, block_size, num_kv_heads, head_size, dtype)
     tables[3] = tables[2]
     query = torch.randn(len(lens), num_heads, head_size, generator=gen).to(dtype)
     bias = torch.randn(len(lens), num_heads, max(lens) + 3, generator=gen) * 3.0
@@ -70,7 +51,7 @@ def test_paged_decode_with_position_bias(num_heads, num_kv_heads, dtype, head_si
 
 def test_paged_decode_refuses_a_short_or_misshapen_bias(kernel_path):
     gen = torch.Generator().manual_seed(3)
-    key_cache, value_cache, tables = _paged(gen, [6, 9], 4, 2, 8, torch.float32)
+    key_cache, value_cache, tables = random_paged_cache(gen, [6, 9], 4, 2, 8, torch.float32)
     query, lens = torch.randn(2, 2, 8, generator=gen), torch.tensor([6, 9], dtype=torch.int32)
     with pytest.raises(ValueError, match="covers 8 positions, fewer than the longest context \\(9\\)"):
         paged_attention(query, key_cache, value_cache, tables, lens, 1.0, position_bias=torch.zeros(2, 2, 8))
