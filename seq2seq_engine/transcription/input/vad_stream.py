@@ -10,7 +10,7 @@ from seq2seq_engine.audio import SAMPLE_RATE
 from seq2seq_engine.audio.silero import FRAME_SAMPLES, load_silero_vad
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.audio.vad_online import Region, RegionDetector, RegionPadder
-from seq2seq_engine.transcription.input.vad_windows import TimeMap, intersect_regions, split_long_regions
+from seq2seq_engine.transcription.input.vad_windows import RegionGroups, TimeMap, intersect_regions, split_long_regions
 
 Cut = Tuple[int, np.ndarray, TimeMap]  # (start sample in the input, samples, time map of packed speech)
 Span = Tuple[int, Optional[int]]  # [start, end) samples; end None: the end of the audio
@@ -55,28 +55,26 @@ class SampleBuffer:
 
 
 class WindowPacker:
-    """vad_windows.pack_regions one region at a time: a region joins the open window while the window's total
-    stays within `window_samples`, else the window is complete (`add` returns it) and the region opens the next."""
+    """RegionGroups with each region's samples: `add` returns the window a region does not fit in, as a cut."""
 
     def __init__(self, window_samples: int) -> None:
-        self.window_samples = window_samples
-        self.regions: List[Region] = []
+        self.groups = RegionGroups(window_samples)
         self.pieces: List[np.ndarray] = []
-        self.filled = 0
 
     def add(self, region: Region, samples: np.ndarray) -> Optional[Cut]:
-        done = self.flush() if self.regions and self.filled + len(samples) > self.window_samples else None
-        self.regions.append(region)
+        cut = self._cut(self.groups.add(region))
         self.pieces.append(samples)
-        self.filled += len(samples)
-        return done
+        return cut
 
     def flush(self) -> Optional[Cut]:
         """The open window, if any, as a cut."""
-        if not self.regions:
+        return self._cut(self.groups.close())
+
+    def _cut(self, group: Optional[List[Region]]) -> Optional[Cut]:
+        if group is None:
             return None
-        cut = (self.regions[0][0], np.concatenate(self.pieces), TimeMap(self.regions))
-        self.regions, self.pieces, self.filled = [], [], 0
+        cut = (group[0][0], np.concatenate(self.pieces[:len(group)]), TimeMap(group))
+        del self.pieces[:len(group)]
         return cut
 
 

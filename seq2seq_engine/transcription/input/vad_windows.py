@@ -130,25 +130,43 @@ def split_long_regions(regions: Sequence[Region], max_samples: int) -> List[Regi
     return out
 
 
+class RegionGroups:
+    """Regions grouped, in order, into windows of at most `window_samples` samples in total, one region at a time:
+    a region joins the open group while its total stays within the limit, else the group is complete (`add` returns
+    it) and the region opens the next; `close` hands over the open group."""
+
+    def __init__(self, window_samples: int) -> None:
+        self.window_samples = window_samples
+        self.open: List[Region] = []
+        self.filled = 0
+
+    def add(self, region: Region) -> Optional[List[Region]]:
+        length = region[1] - region[0]
+        done = self.close() if self.open and self.filled + length > self.window_samples else None
+        self.open.append(region)
+        self.filled += length
+        return done
+
+    def close(self) -> Optional[List[Region]]:
+        done, self.open, self.filled = self.open or None, [], 0
+        return done
+
+
 def pack_regions(regions: Sequence[Region], window_samples: int) -> List[List[Region]]:
     """Group regions, in order, into windows of at most `window_samples` samples in total.
 
-    Greedy, as faster-whisper's `collect_chunks`: a region joins the current window if the window's total stays
-    within the limit, else it opens the next window. Regions are never reordered and never overlap two windows;
-    one longer than a window is first cut into window-sized pieces.
+    Greedy, as faster-whisper's `collect_chunks` (RegionGroups): a region joins the current window if the window's
+    total stays within the limit, else it opens the next window. Regions are never reordered and never overlap two
+    windows; one longer than a window is first cut into window-sized pieces.
     """
-    windows: List[List[Region]] = []
-    current: List[Region] = []
-    filled = 0
-    for start, end in split_long_regions(regions, window_samples):
-        if current and filled + (end - start) > window_samples:
-            windows.append(current)
-            current, filled = [], 0
-        current.append((start, end))
-        filled += end - start
-    if current:
-        windows.append(current)
-    return windows
+    groups = RegionGroups(window_samples)
+    windows = []
+    for region in split_long_regions(regions, window_samples):
+        done = groups.add(region)
+        if done:
+            windows.append(done)
+    last = groups.close()
+    return windows + [last] if last else windows
 
 
 def speech_windows(audio: np.ndarray, regions: Sequence[Region], window_samples: int) -> List[SpeechWindow]:
