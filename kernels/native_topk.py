@@ -3,9 +3,9 @@
 ``row_topk(logits, k)`` gives what ``logits.topk(k)`` gives (values largest first, their indices; among equal
 values the native kernel puts the lower index first, torch promises no order). torch.topk pushes a row's whole
 vocabulary through a heap of k; the native kernel skips each block of the row that cannot beat the k-th best so
-far. It runs for float32 CPU tensors
-with unit stride along the vocabulary whose rows each have k entries above -3e38 (banned tokens are -inf);
-anything else (or no C compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) takes torch.topk.
+far. It runs for float32 CPU tensors with unit stride along the vocabulary whose rows each have k entries above
+-3e38 (banned tokens are -inf); anything else (or no C compiler, ``SEQ2SEQ_ENGINE_NATIVE_KERNELS=0``) takes
+torch.topk.
 """
 from __future__ import annotations
 
