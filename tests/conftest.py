@@ -114,7 +114,7 @@ def kernel_path(request, monkeypatch):
     monkeypatch.setenv(native.NATIVE_ENV, "1" if request.param == "native" else "0")
     native.load_library.cache_clear()
     if request.param == "native":
-        for library in ("paged_attention_cpu", "fused_ops_cpu", "greedy_cpu", "topk_cpu"):
+        for library in ("paged_attention_cpu", "fused_ops_cpu", "greedy_cpu", "topk_cpu", "lora_cpu"):
             assert native.load_library(library) is not None, f"the native kernel {library} must build here"
     yield request.param
     native.load_library.cache_clear()
