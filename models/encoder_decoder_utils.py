@@ -157,6 +157,7 @@ class EncoderDecoderForGeneration(nn.Module):
     Subclasses provide `encode(attn_metadata, **encoder_inputs)`, `decode(...)` and `num_decoder_layers`."""
 
     is_encoder_decoder = True
+    supports_lora = True    # seq2seq_engine/lora/ adapts its linears (the names come from build_weight_map)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches, attn_metadata: AttentionMetadata,
                 encoder_input_ids: Optional[torch.Tensor] = None, encoder_positions: Optional[torch.Tensor] = None,

@@ -6,7 +6,7 @@ The q/k/v and gate/up projections are fused; `load_weights` maps HF checkpoint n
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -160,6 +160,7 @@ _FUSED = (("self_attn.q_proj", "self_attn.qkv_proj", 0), ("self_attn.k_proj", "s
 
 class LlamaForCausalLM(nn.Module):
     is_encoder_decoder = False
+    supports_lora = True
 
     def __init__(self, hf_config) -> None:
         super().__init__()
@@ -198,6 +199,20 @@ class LlamaForCausalLM(nn.Module):
             sizes = (self.model.layers[0].mlp.intermediate_size,) * 2
         return sum(sizes[:index]), sizes[index]
 
+    def hf_weight_target(self, name: str) -> Tuple[str, Optional[Tuple[int, int]]]:
+        """(parameter name, (row offset, rows) of a fused projection or None) of an HF checkpoint name."""
+        for hf_part, fused, index in _FUSED:
+            if f".{hf_part}." in name:
+                return name.replace(hf_part, fused), self._shard(fused, index)
+        return name, None
+
+    def hf_weight_targets(self) -> Dict[str, Tuple[str, Optional[Tuple[int, int]]]]:
+        """Every HF linear weight name -> hf_weight_target (the names LoRA adapters use)."""
+        names = [name for name, _ in self.named_parameters()]
+        names += [f"{name.replace(fused, hf_part)}" for hf_part, fused, _ in _FUSED for name in names if fused in name]
+        return {name: self.hf_weight_target(name) for name in names if not any(
+            f".{fused}." in name for _, fused, _ in _FUSED)}
+
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         loader = WeightLoader(self, allow_missing=("lm_head.weight",) if self.tie_word_embeddings else ())
         for name, tensor in weights:
@@ -205,10 +220,6 @@ class LlamaForCausalLM(nn.Module):
                 continue
             if self.tie_word_embeddings and name == "lm_head.weight":
                 continue  # tied to the embeddings; some checkpoints store the copy anyway
-            for hf_part, fused, index in _FUSED:
-                if f".{hf_part}." in name:
-                    loader.load(name.replace(hf_part, fused), tensor, source=name, shard=self._shard(fused, index))
-                    break
-            else:
-                loader.load(name, tensor, source=name)
+            param, shard = self.hf_weight_target(name)
+            loader.load(param, tensor, source=name, shard=shard)
         loader.finish()

@@ -9,15 +9,15 @@ from seq2seq_engine.beam_search_params import BeamSearchParams  # noqa: E402
 from seq2seq_engine.generation_defaults import GenerationDefaults  # noqa: E402
 from seq2seq_engine.inputs import (EncoderDecoderInputs, ExplicitEncoderDecoderPrompt, TextPrompt,  # noqa: E402
                                    TokensPrompt, zip_enc_dec_prompts)
+from seq2seq_engine.lora_request import LoRARequest  # noqa: E402
 from seq2seq_engine.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from seq2seq_engine.sampling_params import SamplingParams  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["BeamSearchParams", "CompletionOutput", "EncoderDecoderInputs", "ExplicitEncoderDecoderPrompt",
-           "GenerationDefaults", "LLM",
-           "LLMEngine", "RequestOutput", "SamplingParams", "TextPrompt", "TokensPrompt", "zip_enc_dec_prompts",
-           "__version__"]
+           "GenerationDefaults", "LLM", "LLMEngine", "LoRARequest", "RequestOutput", "SamplingParams", "TextPrompt",
+           "TokensPrompt", "zip_enc_dec_prompts", "__version__"]
 
 
 def __getattr__(name):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from seq2seq_engine.lora_request import LoRAConfig
+
 # The dtypes the engine runs in, by name (their torch.dtype comes from torch_dtype()).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 # KV-cache dtypes beyond those: vLLM's names of float8 e4m3 (saturating, scale 1), read by the CUDA kernels only.
@@ -162,6 +164,8 @@ class SchedulerConfig:
     # Widest beam search a request may ask for; None: min(16, max_num_seqs). All beams of a request run in
     # the same step, so it cannot exceed max_num_seqs.
     max_beam_width: Optional[int] = None
+    # Distinct LoRA adapters the running requests may hold (the device slots); 0: LoRA off, no limit.
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
@@ -210,6 +214,7 @@ class EngineConfig:
     cache_config: CacheConfig
     scheduler_config: SchedulerConfig
     device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)
+    lora_config: Optional[LoRAConfig] = None      # None: no LoRA adapters
 
     @property
     def kv_cache_dtype(self) -> str:

@@ -23,6 +23,7 @@ class AlignmentRequest:
     first_scored_row: int
     num_scored: int
     vocab_limit: int
+    lora_int_id: int = 0      # the adapter the window's requests ran with (0: none); the pass runs with it too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +109,9 @@ class EnginePort(Protocol):
 
     # ------------------------------------------------------------ requests
     def add_request(self, request_id: str, prompt: Any, params: Any = None, arrival_time: Optional[float] = None,
-                    priority: int = 0) -> None:
-        """Queue one request (ValueError or TypeError when its prompt or parameters are refused)."""
+                    priority: int = 0, lora_request: Optional[Any] = None) -> None:
+        """Queue one request, with a LoRA adapter (a LoRARequest) or none (ValueError or TypeError when its prompt,
+        parameters or adapter are refused)."""
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         """Drop requests by id and free their blocks; unknown ids are ignored."""
@@ -122,6 +124,16 @@ class EnginePort(Protocol):
 
     def unfinished_request_ids(self) -> List[str]:
         """The ids of the requests waiting, running and swapped out."""
+
+    # ------------------------------------------------------------ LoRA adapters (an engine built with enable_lora)
+    def add_lora(self, lora_request: Any) -> bool:
+        """Read a LoRARequest's adapter now (LoRAAdapterError, a ValueError, naming what cannot be served)."""
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """Forget an adapter no request holds; False when it is unknown or in use."""
+
+    def list_loras(self) -> List[Any]:
+        """The LoRARequests registered, in the order they were added."""
 
     # ------------------------------------------------------------ capabilities
     def reset_prefix_cache(self) -> bool:

@@ -26,6 +26,15 @@ class ParameterTypeError(InvalidParameter, TypeError):
     """A value of the wrong type for a parameter (every `except TypeError` still catches it)."""
 
 
+class LoRAAdapterError(ParameterError):
+    """An adapter that cannot be served: its directory or files missing or malformed, or a module or setting the
+    engine does not adapt (the message names the adapter and the module). The parameter is the request's
+    `lora_request` unless another is named."""
+
+    def __init__(self, message: str, param: str = "lora_request", requirement: Optional[str] = None) -> None:
+        super().__init__(message, param, requirement)
+
+
 def param_of(error: BaseException) -> Optional[str]:
     """The parameter `error` names; None for an error about no single parameter."""
     return error.param if isinstance(error, InvalidParameter) else None

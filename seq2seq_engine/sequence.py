@@ -103,6 +103,8 @@ class SequenceGroup:
         self.encoder_seq = encoder_seq
         self.inputs = inputs
         self.priority = priority
+        # The LoRA adapter the request runs with (a LoRARequest, seq2seq_engine/lora_request.py), or None.
+        self.lora_request: Optional[Any] = None
         # The encoder input's content key (core/content_keys.py), computed when a cache first needs it.
         self.encoder_key: Optional[bytes] = None
         self.ignored_reason: Optional[str] = None
@@ -122,6 +124,11 @@ class SequenceGroup:
         """Tokens of the encoder sequence, 0 for a decoder-only request: `encoder_len > 0` is the test of
         whether the request has an encoder (an encoder sequence is never empty)."""
         return self.encoder_seq.get_len() if self.encoder_seq is not None else 0
+
+    @property
+    def lora_int_id(self) -> int:
+        """The id of the request's adapter, 0 without one."""
+        return self.lora_request.lora_int_id if self.lora_request is not None else 0
 
     @property
     def num_cross_blocks(self) -> int:
@@ -225,6 +232,8 @@ class SequenceGroupMetadata:
     generator: Optional[Any] = None
     # > 0 for a beam-search request: how many top (token, log-prob) candidates each of its rows returns.
     num_beam_candidates: int = 0
+    # The id of the request's LoRA adapter, 0 without one.
+    lora_int_id: int = 0
 
     def __post_init__(self) -> None:
         if self.token_chunk_size is None:

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 from seq2seq_engine.core.block import AllocStatus, BlockAllocator, BlockTable, Device, PhysicalTokenBlock
 from seq2seq_engine.core.block_swap import BlockSwapping
-from seq2seq_engine.core.content_keys import extend_block_hashes, request_encoder_key, shares_prefix
+from seq2seq_engine.core.content_keys import adapter_key, extend_block_hashes, request_encoder_key, shares_prefix
 from seq2seq_engine.core.cross_cache import CrossCache, CrossEntry
 from seq2seq_engine.core.prefix_cache import SELF_KIND, PrefixCache
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
@@ -60,7 +60,7 @@ class BlockSpaceManager(BlockSwapping):
         return request_encoder_key(seq_group)
 
     def _block_hashes(self, seq_group: SequenceGroup, seq: Sequence, num_blocks: int) -> List[bytes]:
-        seed = self._encoder_key(seq_group) or b""
+        seed = self._encoder_key(seq_group) or adapter_key(seq_group.lora_int_id)
         return extend_block_hashes(seq.block_hashes, seq.get_token_ids(), self.block_size, num_blocks,
                                    seed)[:num_blocks]
 

@@ -56,12 +56,20 @@ def encoder_content_key(encoder_token_ids: Sequence[int], multi_modal_data: Opti
     return _digest(b"tokens", _token_bytes(encoder_token_ids))
 
 
+def adapter_key(lora_int_id: int) -> bytes:
+    """What the caches add to a key for a request's LoRA adapter (nothing without one): an adapter changes the
+    encoder output and every K/V, so content is equal only under the same adapter."""
+    return _digest(b"lora", lora_int_id.to_bytes(8, "little")) if lora_int_id else b""
+
+
 def request_encoder_key(seq_group: Any) -> bytes:
-    """The encoder content key of a request (a SequenceGroup with an encoder), computed once and kept on it."""
+    """The encoder content key of a request (a SequenceGroup with an encoder) under its adapter, computed once and
+    kept on it."""
     if seq_group.encoder_key is None:
         inputs = seq_group.inputs
-        seq_group.encoder_key = encoder_content_key(seq_group.encoder_seq.prompt_token_ids,
-                                                    inputs.multi_modal_data if inputs is not None else None)
+        key = encoder_content_key(seq_group.encoder_seq.prompt_token_ids,
+                                  inputs.multi_modal_data if inputs is not None else None)
+        seq_group.encoder_key = key + adapter_key(seq_group.lora_int_id)
     return seq_group.encoder_key
 
 

@@ -7,7 +7,8 @@ from typing import Deque, Iterable, List, Tuple, Union
 
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
-from seq2seq_engine.core.scheduler_outputs import ScheduledSequenceGroup, SchedulerOutputs, SchedulingBudget
+from seq2seq_engine.core.scheduler_outputs import (AdapterBudget, ScheduledSequenceGroup, SchedulerOutputs,
+                                                   SchedulingBudget, too_long_reason)
 from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceGroupMetadata, SequenceStatus
 
 
@@ -99,11 +100,12 @@ class Scheduler:
         state = _StepState(SchedulingBudget(config.max_num_batched_tokens, config.max_num_seqs))
         self.running = deque(sorted(self.running, key=self._sort_key))
         self._schedule_running(state)
+        adapters = AdapterBudget(config.max_loras, self.running)
         if state.num_preempted == 0:
-            self._schedule_swapped(state)
+            self._schedule_swapped(state, adapters)
         # After a preemption the pool is tight: admitting prefills now would only preempt them again next step.
         if not self.swapped and state.num_preempted == 0:
-            self._schedule_waiting(state)
+            self._schedule_waiting(state, adapters)
         scheduled = state.prefills + state.decodes
         outputs = SchedulerOutputs(
             scheduled_seq_groups=scheduled, num_prefill_groups=len(state.prefills),
@@ -155,12 +157,12 @@ class Scheduler:
             kept.append(seq_group)
         self.running = kept
 
-    def _schedule_swapped(self, state: _StepState) -> None:
+    def _schedule_swapped(self, state: _StepState, adapters: AdapterBudget) -> None:
         self.swapped = deque(sorted(self.swapped, key=self._sort_key))
         while self.swapped:
             seq_group = self.swapped[0]
             status = self.block_manager.can_swap_in(seq_group)
-            if status == AllocStatus.LATER:
+            if status == AllocStatus.LATER or not adapters.admits(seq_group):
                 break
             if status == AllocStatus.NEVER:
                 self.swapped.popleft()
@@ -172,6 +174,7 @@ class Scheduler:
                     num_new_tokens, seq_group.get_max_num_running_seqs()):
                 break
             self.swapped.popleft()
+            adapters.add(seq_group)
             state.blocks_to_swap_in.extend(self.block_manager.swap_in(seq_group))
             for seq in seq_group.get_seqs(SequenceStatus.SWAPPED):
                 seq.status = SequenceStatus.RUNNING
@@ -179,16 +182,20 @@ class Scheduler:
             self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
             self.running.append(seq_group)
 
-    def _schedule_waiting(self, state: _StepState) -> None:
+    def _schedule_waiting(self, state: _StepState, adapters: AdapterBudget) -> None:
         self.waiting = deque(sorted(self.waiting, key=self._sort_key))
+        held_back: Deque[SequenceGroup] = deque()     # requests whose adapter waits for a slot: the rest go on
         while self.waiting:
             seq_group = self.waiting[0]
-            reason = self._too_long_reason(seq_group)
+            reason = too_long_reason(self.scheduler_config, seq_group)
             if reason is None and self.block_manager.can_allocate(seq_group) == AllocStatus.NEVER:
                 reason = "it needs more KV-cache blocks than the whole device pool holds"
             if reason is not None:
                 self.waiting.popleft()
                 self._ignore(seq_group, reason, state)
+                continue
+            if not adapters.admits(seq_group):
+                held_back.append(self.waiting.popleft())
                 continue
             if self.block_manager.can_allocate(seq_group) == AllocStatus.LATER:
                 break
@@ -200,25 +207,13 @@ class Scheduler:
             if num_new_tokens == 0 or not state.budget.can_schedule(cost, seq_group.get_max_num_running_seqs()):
                 break
             self.waiting.popleft()
+            adapters.add(seq_group)
             self.block_manager.allocate(seq_group)
             for seq in seq_group.get_seqs(SequenceStatus.WAITING):
                 seq.status = SequenceStatus.RUNNING
             self._add_scheduled(seq_group, num_new_tokens, state, is_prefill, runs_encoder)
             self.running.append(seq_group)
-
-    def _too_long_reason(self, seq_group: SequenceGroup):
-        config = self.scheduler_config
-        prompt_len = seq_group.first_seq.get_len()
-        if prompt_len > config.max_model_len:
-            return f"decoder prompt of {prompt_len} tokens exceeds max_model_len={config.max_model_len}"
-        encoder_len = seq_group.encoder_len
-        if encoder_len > config.max_encoder_len:
-            return f"encoder prompt of {encoder_len} tokens exceeds max_encoder_len={config.max_encoder_len}"
-        chunkable = config.enable_chunked_prefill and seq_group.encoder_len == 0
-        if not chunkable and prompt_len + encoder_len > config.max_num_batched_tokens:
-            return (f"prefill of {prompt_len} decoder + {encoder_len} encoder tokens exceeds "
-                    f"max_num_batched_tokens={config.max_num_batched_tokens}")
-        return None
+        self.waiting.extendleft(reversed(held_back))
 
     def _ignore(self, seq_group: SequenceGroup, reason: str, state: _StepState) -> None:
         seq_group.ignored_reason = reason
@@ -294,4 +289,5 @@ class Scheduler:
             multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None,
             cross_computed=scheduled.is_prompt and has_encoder and self.block_manager.is_cross_computed(seq_group),
             generator=seq_group.generator,
-            num_beam_candidates=seq_group.beam_search.spec.num_candidates if seq_group.beam_search else 0)
+            num_beam_candidates=seq_group.beam_search.spec.num_candidates if seq_group.beam_search else 0,
+            lora_int_id=seq_group.lora_int_id)

@@ -5,6 +5,7 @@ import dataclasses
 from typing import Any, Optional
 
 from seq2seq_engine.config import CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig, model_config_from_hf
+from seq2seq_engine.lora_request import LoRAConfig
 from seq2seq_engine.models.int8 import int8_unsupported_reason
 from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens
 from seq2seq_engine.platforms.cuda import CUDA_MAX_BATCHED_TOKENS
@@ -35,6 +36,12 @@ class EngineArgs:
     enforce_eager: bool = False   # True: no CUDA graphs, every step runs eagerly
     enable_prefix_caching: bool = True   # full decoder blocks found again by content (vLLM's name and default)
     enable_encoder_cache: bool = True    # requests with the same encoder input share one cross table
+    # LoRA adapters (vLLM's names): requests name one with lora_request=; max_loras mix in one step (device slots),
+    # each of rank <= max_lora_rank; max_cpu_loras stay read in host memory (None: max_loras)
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -55,6 +62,8 @@ class EngineArgs:
         # budget also keeps a step's activations small enough for malloc to reuse
         # (seq2seq_engine/platforms/cpu_memory.py); on a GPU it is larger, so that a batch's encoders run in a few
         # wide steps instead of many eager ones (decisions §5).
+        lora_config = (LoRAConfig(self.max_loras, self.max_lora_rank, self.max_cpu_loras) if self.enable_lora
+                       else None)
         longest_prefill = max_model_len + max_encoder_len
         max_batched = self.max_num_batched_tokens or (
             cpu_max_batched_tokens(hf_config, longest_prefill) if device_config.resolved == "cpu"
@@ -62,9 +71,10 @@ class EngineArgs:
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
-            enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width)
+            enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width,
+            max_loras=lora_config.max_loras if lora_config else 0)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
                                    swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override,
                                    cache_dtype=self.kv_cache_dtype, enable_prefix_caching=self.enable_prefix_caching,
                                    enable_encoder_cache=self.enable_encoder_cache)
-        return EngineConfig(model_config, cache_config, scheduler_config, device_config)
+        return EngineConfig(model_config, cache_config, scheduler_config, device_config, lora_config)

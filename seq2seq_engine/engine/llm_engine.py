@@ -23,6 +23,8 @@ from seq2seq_engine.engine.step_isolation import execute_isolating_failures
 from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.logger import configure_package_logger
+from seq2seq_engine.lora.manager import LoRAManager
+from seq2seq_engine.lora_request import LoRARequest, as_lora_request
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.models.kernel_table import startup_line
@@ -71,6 +73,9 @@ class LLMEngine(EnginePortMethods):
         self.cache_config = cache_config
         self.scheduler_config = config.scheduler_config
         num_layers, num_kv_heads, head_size = model.kv_cache_spec()
+        # Adapters wrap the model's linears before its first step, so every step runs the same layers.
+        self.lora_manager = (LoRAManager(model, config.lora_config, torch_dtype(self.model_config.dtype), self.device)
+                             if config.lora_config is not None else None)
         self.cache_engine = CacheEngine(num_layers, num_kv_heads, head_size, cache_config.block_size,
                                         cache_config.num_gpu_blocks, cache_config.num_cpu_blocks,
                                         self.kv_cache_dtype, self.device)
@@ -78,7 +83,7 @@ class LLMEngine(EnginePortMethods):
         self.model_runner = ModelRunner(model, self.device, config.scheduler_config.max_num_seqs,
                                         self.model_config.max_model_len, cache_config.block_size,
                                         self.model_config.eos_token_id, self.model_config.max_encoder_len,
-                                        self.model_config.enforce_eager)
+                                        self.model_config.enforce_eager, lora_manager=self.lora_manager)
         detokenizer = Detokenizer(tokenizer) if tokenizer is not None else None
         self._seq_ids = itertools.count()
         # Request defaults from the model's generation_config.json (HF's defaults when there is none).
@@ -136,11 +141,14 @@ class LLMEngine(EnginePortMethods):
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: Any,
                     params: Optional[Union[SamplingParams, BeamSearchParams, Dict[str, Any]]] = None,
-                    arrival_time: Optional[float] = None, priority: int = 0) -> None:
-        """Queue one request. BeamSearchParams make it a beam search; SamplingParams with best_of > 1 give it
-        best_of sequences sharing the prompt's blocks, of which the n most likely are returned. `params=None` takes
-        the model's generation_config.json defaults (beam search if it sets num_beams > 1); a dict takes those
-        defaults with the dict's fields overridden (e.g. {"max_tokens": 64, "beam_width": 1})."""
+                    arrival_time: Optional[float] = None, priority: int = 0,
+                    lora_request: Optional[LoRARequest] = None) -> None:
+        """Queue one request (with `lora_request`, under that LoRA adapter, read now if it is new). BeamSearchParams
+        make it a beam search; SamplingParams with best_of > 1 give it best_of sequences sharing the prompt's
+        blocks, of which the n most likely are returned. `params=None` takes the model's generation_config.json
+        defaults (beam search if it sets num_beams > 1); a dict takes those defaults with the dict's fields
+        overridden (e.g. {"max_tokens": 64, "beam_width": 1})."""
+        lora_request = self._checked_adapter(lora_request)
         request = self.input_processor.process(prompt, params)
         inputs, params, beam_params = request.inputs, request.params, request.beam_params
         eos, block_size = self.model_config.eos_token_id, self.cache_config.block_size
@@ -149,12 +157,36 @@ class LLMEngine(EnginePortMethods):
                        if inputs.encoder is not None else None)
         group = SequenceGroup(request_id, decoder_seqs, arrival_time or time.monotonic(), params, encoder_seq,
                               inputs, priority)
+        group.lora_request = lora_request
         if beam_params is not None:
             group.beam_search = make_beam_state(beam_params, len(inputs.decoder.prompt_token_ids),
                                                 self.model_config.max_model_len, eos)
         if params.seed is not None:
             group.generator = make_generator(params.seed, self.device)
         self.scheduler.add_seq_group(group)
+
+    def _checked_adapter(self, lora_request: Any) -> Optional[LoRARequest]:
+        lora_request = as_lora_request(lora_request)
+        if lora_request is not None:
+            if self.lora_manager is None:
+                raise ValueError("lora_request needs an engine built with enable_lora=True")
+            self.lora_manager.add_adapter(lora_request)
+        return lora_request
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """vLLM's name: read an adapter now (LoRAAdapterError, a ValueError, if it cannot be served)."""
+        return self._checked_adapter(lora_request) is not None
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """Forget an adapter no request holds; False if it is unknown or in use."""
+        queues = (self.scheduler.waiting, self.scheduler.running, self.scheduler.swapped)
+        if self.lora_manager is None or any(g.lora_int_id == lora_int_id for queue in queues for g in queue):
+            return False
+        return self.lora_manager.remove_adapter(lora_int_id)
+
+    def list_loras(self) -> List[LoRARequest]:
+        """The adapters registered, in the order they were added."""
+        return list(self.lora_manager.requests.values()) if self.lora_manager is not None else []
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         request_ids = [request_id] if isinstance(request_id, str) else list(request_id)

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 from seq2seq_engine.beam_search_params import BeamSearchParams
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.llm_engine import LLMEngine
+from seq2seq_engine.lora_request import LoRARequest
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.sampling_params import SamplingParams
 
@@ -48,8 +49,10 @@ class LLM:
         return iter_transcribe(self, audio, options, **overrides)
 
     def generate(self, prompts: Any, sampling_params: Optional[Union[SamplingParams, dict, Seq[Any]]] = None,
-                 use_tqdm: bool = True, priority: Optional[List[int]] = None) -> List[RequestOutput]:
-        """Generate for one prompt or a list; `sampling_params` is one object or one per prompt. With n/best_of > 1
+                 use_tqdm: bool = True, priority: Optional[List[int]] = None,
+                 lora_request: Optional[Union[LoRARequest, Seq[Optional[LoRARequest]]]] = None) -> List[RequestOutput]:
+        """Generate for one prompt or a list; `sampling_params` is one object or one per prompt, and so is
+        `lora_request` (the LoRA adapter each prompt runs with; needs enable_lora=True). With n/best_of > 1
         each output holds the n most likely of best_of sampled sequences. `None` follows the model's
         generation_config.json (as HF `generate`: beam search when it sets num_beams > 1); a dict follows it with
         the dict's fields overridden (e.g. `{"max_tokens": 64}`)."""
@@ -59,32 +62,36 @@ class LLM:
         else:
             params_list = _params_per_prompt(sampling_params, len(prompt_list), (SamplingParams, dict),
                                              "sampling_params")
-        return self._run_engine(self._add_requests(prompt_list, params_list, priority), use_tqdm)
+        return self._run_engine(self._add_requests(prompt_list, params_list, priority, lora_request), use_tqdm)
 
     def beam_search(self, prompts: Any, params: Union[BeamSearchParams, Seq[BeamSearchParams]],
-                    use_tqdm: bool = True) -> List[RequestOutput]:
+                    use_tqdm: bool = True, lora_request: Optional[Union[LoRARequest, Seq[Any]]] = None
+                    ) -> List[RequestOutput]:
         """Beam search for one prompt or a list, in input order: each output holds beam_width hypotheses, best
-        first by cumulative_logprob / generated_len ** length_penalty (CompletionOutput.beam_score)."""
+        first by cumulative_logprob / generated_len ** length_penalty (CompletionOutput.beam_score). `lora_request`:
+        one adapter, or one per prompt."""
         prompt_list = _as_prompt_list(prompts)
         if params is None:
             raise TypeError("beam_search needs BeamSearchParams (beam_width, max_tokens, ...)")
         params_list = _params_per_prompt(params, len(prompt_list), (BeamSearchParams,), "params")
-        return self._run_engine(self._add_requests(prompt_list, params_list, None), use_tqdm)
+        return self._run_engine(self._add_requests(prompt_list, params_list, None, lora_request), use_tqdm)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix block and encoder output (vLLM's name); False while requests are running."""
         return self.llm_engine.reset_prefix_cache()
 
-    def _add_requests(self, prompt_list: list, params_list: list, priority: Optional[List[int]]) -> List[str]:
+    def _add_requests(self, prompt_list: list, params_list: list, priority: Optional[List[int]],
+                      lora_request: Any = None) -> List[str]:
         """Queue every prompt; if one is refused, the ones already queued are aborted."""
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"priority has {len(priority)} entries for {len(prompt_list)} prompts")
+        adapters = _adapters_per_prompt(lora_request, len(prompt_list))
         request_ids = []
         try:
             for index, (prompt, params) in enumerate(zip(prompt_list, params_list)):
                 request_id = str(next(self._request_counter))
-                self.llm_engine.add_request(request_id, prompt, params,
-                                            priority=priority[index] if priority else 0)
+                self.llm_engine.add_request(request_id, prompt, params, priority=priority[index] if priority else 0,
+                                            lora_request=adapters[index])
                 request_ids.append(request_id)
         except Exception:
             self.llm_engine.abort_request(request_ids)
@@ -119,6 +126,20 @@ def _as_prompt_list(prompts: Any) -> list:
         if not isinstance(prompt, (str, Mapping)):
             raise TypeError(f"prompts[{index}] must be a str or a prompt dict, got {type(prompt).__name__}")
     return prompt_list
+
+
+def _adapters_per_prompt(lora_request: Any, num_prompts: int) -> list:
+    """One LoRARequest (or None) per prompt, from one or a list of one per prompt."""
+    if lora_request is None or isinstance(lora_request, LoRARequest):
+        return [lora_request] * num_prompts
+    if isinstance(lora_request, (list, tuple)):
+        if len(lora_request) != num_prompts:
+            raise ValueError(f"got {len(lora_request)} lora_request entries for {num_prompts} prompts")
+        for index, entry in enumerate(lora_request):
+            if entry is not None and not isinstance(entry, LoRARequest):
+                raise TypeError(f"lora_request[{index}] must be a LoRARequest or None, got {type(entry).__name__}")
+        return list(lora_request)
+    raise TypeError(f"lora_request must be a LoRARequest or a list of them, got {type(lora_request).__name__}")
 
 
 def _params_per_prompt(params, num_prompts: int, types: tuple, argument: str) -> list:

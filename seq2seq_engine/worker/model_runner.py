@@ -9,6 +9,9 @@ import torch
 
 from seq2seq_engine.attention.metadata import AttentionMetadata
 from seq2seq_engine.kernels.native_topk import row_topk
+from seq2seq_engine.lora.layers import lora_rows
+from seq2seq_engine.lora.manager import LoRAManager
+from seq2seq_engine.lora.step_rows import step_rows
 from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, TokenHistories, needs_logits_processing
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
@@ -40,16 +43,22 @@ class ModelInput:
     prompt_logprobs: Optional[PromptLogprobPlan] = None
     # A decode step replayed as a CUDA graph: its bucket (input_ids and positions hold that many rows, padding last)
     graph_batch_size: Optional[int] = None
+    # With LoRA adapters: the runs of adapter slots of the step's encoder and decoder rows (lora/step_rows.py)
+    lora_rows: Optional[dict] = None
 
 
 class ModelRunner:
-    """Runs steps of one model. Decode steps on CUDA replay CUDA graphs (cuda_graphs.py) unless enforce_eager;
-    `graph_capture` replaces how graphs are captured (run_eagerly: the padded graph inputs run on any device)."""
+    """Runs steps of one model. Decode steps on CUDA replay CUDA graphs (cuda_graphs.py) unless enforce_eager or
+    LoRA adapters are served (`lora_manager`); `graph_capture` replaces how graphs are captured (run_eagerly: the
+    padded graph inputs run on any device)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_model_len: int,
                  block_size: int, eos_token_id: Optional[int] = None, max_encoder_len: int = 0,
-                 enforce_eager: bool = False, graph_capture: Optional[GraphCapture] = None) -> None:
+                 enforce_eager: bool = False, graph_capture: Optional[GraphCapture] = None,
+                 lora_manager: Optional[LoRAManager] = None) -> None:
         self.model = model
+        self.lora_manager = lora_manager
+        enforce_eager = enforce_eager or lora_manager is not None
         self.eos_token_id = eos_token_id
         self.device = torch.device(device)
         self.block_size = block_size
@@ -134,8 +143,15 @@ class ModelRunner:
             encoder_input_ids=encoder_input_ids, encoder_positions=encoder_positions,
             encoder_features=encoder_features, prompt_logprobs=self.prompt_logprobs.plan(
                 [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
-                flat.query_start_loc[:num_prefills]), **sampling)
+                flat.query_start_loc[:num_prefills]), lora_rows=self._lora_rows(metadata_list, scheduled), **sampling)
         return self._to_device(model_input)
+
+    def _lora_rows(self, metadata_list: List[SequenceGroupMetadata], scheduled: Scheduled) -> Optional[dict]:
+        """The step's adapters put in device slots, and the slot runs of its rows; None without LoRA."""
+        if self.lora_manager is None:
+            return None
+        slots = self.lora_manager.activate(group.lora_int_id for group in metadata_list if group.lora_int_id)
+        return step_rows(metadata_list, scheduled.runs_encoder, slots)
 
     def _graph_batch_size(self, scheduled: Scheduled) -> Optional[int]:
         """The graph bucket of a decode step (one new token per sequence, no prefill), or None: run eagerly."""
@@ -242,10 +258,11 @@ class ModelRunner:
         if model_input.graph_batch_size is not None:
             hidden_states = self.decode_graphs.run(model_input.graph_batch_size, kv_caches)
         else:
-            hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
-                                       model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
-                                       encoder_positions=model_input.encoder_positions,
-                                       encoder_features=model_input.encoder_features)
+            with lora_rows(model_input.lora_rows or {}):
+                hidden_states = self.model(model_input.input_ids, model_input.positions, kv_caches,
+                                           model_input.attn_metadata, encoder_input_ids=model_input.encoder_input_ids,
+                                           encoder_positions=model_input.encoder_positions,
+                                           encoder_features=model_input.encoder_features)
         sampler_output = self._sample(model_input, hidden_states) if model_input.sampled_seq_ids else None
         scored = (compute_prompt_logprobs(model_input.prompt_logprobs, hidden_states, self.model.compute_logits)
                   if model_input.prompt_logprobs is not None else None)
