@@ -5,9 +5,12 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from seq2seq_engine.core.content_keys import encoder_content_key
+from seq2seq_engine.core.content_keys import adapter_key, encoder_content_key
 from seq2seq_engine.core.cross_cache import CrossCache
 from seq2seq_engine.engine_port import AlignmentRequest, AlignmentResult
+from seq2seq_engine.lora.layers import lora_rows
+from seq2seq_engine.lora.manager import LoRAManager
+from seq2seq_engine.lora.step_rows import uniform_rows
 from seq2seq_engine.models.whisper_alignment import CrossKV, aligned_decode, alignment_heads, encoder_cross_kv
 
 # Windows run in one pass at most: each holds its cross K/V of every layer gathered from the cache (about 36 MB
@@ -16,14 +19,16 @@ MAX_WINDOWS_PER_PASS = 8
 
 
 def cached_cross_kv(cross_cache: Optional[CrossCache], device_cache: Sequence[Tuple[torch.Tensor, torch.Tensor]],
-                    features: torch.Tensor, encoder_len: int, dtype: torch.dtype) -> Optional[CrossKV]:
+                    features: torch.Tensor, encoder_len: int, dtype: torch.dtype,
+                    lora_int_id: int = 0) -> Optional[CrossKV]:
     """Per decoder layer (keys, values) [encoder_len, d], in `dtype`, of the computed cross table of `features`
     (the log-mel tensor a finished request carried as `input_features`: same values, dtype and shape, so the same
-    content key); None when no computed entry is cached (evicted, or the encoder cache is off). Read between
-    engine steps only: an idle entry's blocks are evictable, and the next step may reuse them."""
+    content key) under the adapter `lora_int_id` (0: none); None when no computed entry is cached (evicted, or the
+    encoder cache is off). Read between engine steps only: an idle entry's blocks are evictable, and the next step
+    may reuse them."""
     if cross_cache is None:
         return None
-    entry = cross_cache.find(encoder_content_key([], {"input_features": features}))
+    entry = cross_cache.find(encoder_content_key([], {"input_features": features}) + adapter_key(lora_int_id))
     if entry is None or not entry.computed:
         return None
     block_size = device_cache[0][0].shape[1]
@@ -42,11 +47,12 @@ class AlignmentPass:
     encoder runs again, through the model's layers), the windows' tokens through the decoder together, the LM head
     over the scored rows only."""
 
-    def __init__(self, model: torch.nn.Module, hf_config: Any, generation_config: Any, encoder_len: int) -> None:
+    def __init__(self, model: torch.nn.Module, hf_config: Any, generation_config: Any, encoder_len: int,
+                 lora_manager: Optional[LoRAManager] = None) -> None:
         if not hasattr(model, "model") or not hasattr(model.model, "encoder") or not hasattr(hf_config,
                                                                                              "num_mel_bins"):
             raise ValueError(f"the alignment pass needs a Whisper model; {type(model).__name__} has no audio encoder")
-        self.model = model
+        self.model, self.lora_manager = model, lora_manager
         self.heads = alignment_heads(hf_config, generation_config)
         self.encoder_len = encoder_len
 
@@ -54,9 +60,20 @@ class AlignmentPass:
             device_cache: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> List[AlignmentResult]:
         for index, request in enumerate(requests):
             self._check(index, request)
-        results: List[AlignmentResult] = []
-        for start in range(0, len(requests), MAX_WINDOWS_PER_PASS):
-            results.extend(self._run_batch(requests[start:start + MAX_WINDOWS_PER_PASS], cross_cache, device_cache))
+            if request.lora_int_id and self.lora_manager is None:
+                raise ValueError(f"alignment request {index}: lora_int_id {request.lora_int_id} needs an engine "
+                                 f"built with enable_lora=True")
+        results: List[Optional[AlignmentResult]] = [None] * len(requests)
+        for lora_int_id in sorted({request.lora_int_id for request in requests}):
+            # one pass per adapter, every row of it on that adapter's slot
+            indices = [i for i, request in enumerate(requests) if request.lora_int_id == lora_int_id]
+            slots = self.lora_manager.activate([lora_int_id]) if lora_int_id else {}
+            with lora_rows(uniform_rows(slots[lora_int_id]) if lora_int_id else {}):
+                for start in range(0, len(indices), MAX_WINDOWS_PER_PASS):
+                    batch = indices[start:start + MAX_WINDOWS_PER_PASS]
+                    for index, result in zip(batch, self._run_batch([requests[i] for i in batch], cross_cache,
+                                                                    device_cache)):
+                        results[index] = result
         return results
 
     def _check(self, index: int, request: AlignmentRequest) -> None:
@@ -79,7 +96,8 @@ class AlignmentPass:
         dtype = self.model.model.decoder.embed_tokens.weight.dtype
         cross_kvs, cached = [], []
         for request in requests:
-            cross_kv = cached_cross_kv(cross_cache, device_cache, request.features, self.encoder_len, dtype)
+            cross_kv = cached_cross_kv(cross_cache, device_cache, request.features, self.encoder_len, dtype,
+                                       request.lora_int_id)
             cached.append(cross_kv is not None)
             cross_kvs.append(cross_kv if cross_kv is not None else encoder_cross_kv(self.model, request.features))
         hidden, scores = aligned_decode(self.model, [list(r.token_ids) for r in requests], cross_kvs, self.heads)

@@ -101,6 +101,7 @@ class EnginePortMethods:
     def align(self, requests: Sequence[AlignmentRequest]) -> List[AlignmentResult]:
         if self._alignment_pass is None:
             self._alignment_pass = AlignmentPass(self.model_runner.model, self.hf_config,
-                                                 self.generation_defaults.values, self.max_encoder_len)
+                                                 self.generation_defaults.values, self.max_encoder_len,
+                                                 self.lora_manager)
         return self._alignment_pass.run(requests, self.scheduler.block_manager.cross_cache,
                                         self.cache_engine.device_cache)

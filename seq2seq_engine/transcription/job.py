@@ -49,7 +49,7 @@ class TranscriptionJob:
         self.assembler = ResultAssembler(self.source.inputs, tokens, self.decoder.decode_text, options.timestamps,
                                          stream)
         self.queue = RequestQueue(self.source, self.decoder, self.assembler, language, options)
-        self.in_flight = RequestsInFlight(engine, limit)
+        self.in_flight = RequestsInFlight(engine, limit, options.lora_request)
         self._outputs: List[Tuple[WindowRequest, Any]] = []  # the step's finished requests, until end_of_step
 
     def owns(self, request_id: str) -> bool:

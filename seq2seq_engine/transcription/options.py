@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.errors import ParameterError
+from seq2seq_engine.lora_request import LoRARequest
 from seq2seq_engine.transcription.prompts import TASKS
 
 # openai-whisper's and faster-whisper's default fallback temperatures.
@@ -74,7 +75,8 @@ class TranscriptionOptions:
     Words: `word_timestamps` (each segment gets `.words`, timed by an alignment pass over each window's kept
     tokens: word_timestamps.py).
     Running: `use_tqdm`, `max_in_flight` (most engine requests at once; None: the engine's max_num_seqs),
-    `max_audio_seconds` (None: no limit; an input whose audio lasts longer fails, decoded no further than that).
+    `max_audio_seconds` (None: no limit; an input whose audio lasts longer fails, decoded no further than that),
+    `lora_request` (a LoRARequest: every request of the call, its alignment pass included, runs with that adapter).
     `hallucination_silence_threshold` (seconds; openai-whisper's rule: a segment whose words look hallucinated,
     with silence longer than this on both sides, is dropped; it times the words even without word_timestamps:
     hallucination.py).
@@ -107,6 +109,7 @@ class TranscriptionOptions:
     use_tqdm: bool = True
     max_in_flight: Optional[int] = None
     max_audio_seconds: Optional[float] = None
+    lora_request: Optional[LoRARequest] = None
 
     def __post_init__(self) -> None:
         self._set("temperature", _floats("temperature", self.temperature))
@@ -115,6 +118,8 @@ class TranscriptionOptions:
         self._set("vad_parameters", VadOptions.from_parameters(self.vad_parameters))  # a typo is an error
         if self.initial_prompt is not None and not isinstance(self.initial_prompt, str):
             self._set("initial_prompt", _token_ids("initial_prompt", self.initial_prompt, 0))
+        if self.lora_request is not None and not isinstance(self.lora_request, LoRARequest):
+            _fail("lora_request", "None or a LoRARequest", self.lora_request)
         self._check_switches()
         self._check_decoding()
         self._check_thresholds()

@@ -15,10 +15,11 @@ _REQUEST_PREFIX = "transcribe"
 
 class RequestsInFlight:
     """The WindowRequests the engine runs, by request id (unique to the job: a prefix and a count), at most `limit`
-    at once; each input keeps the ids of its own. Its length is the number in flight."""
+    at once, each with the call's `lora_request`; each input keeps the ids of its own. Its length is the number in
+    flight."""
 
-    def __init__(self, engine: EnginePort, limit: int) -> None:
-        self.engine, self.limit = engine, limit
+    def __init__(self, engine: EnginePort, limit: int, lora_request: Optional[Any] = None) -> None:
+        self.engine, self.limit, self.lora_request = engine, limit, lora_request
         self.requests: Dict[str, WindowRequest] = {}
         self._ids = itertools.count()
         self._prefix = f"{_REQUEST_PREFIX}-{uuid.uuid4().hex[:8]}-"
@@ -36,7 +37,8 @@ class RequestsInFlight:
         """Add the request to the engine (its prompt is made now); InputFailed when the engine refuses it."""
         request_id = f"{self._prefix}{next(self._ids)}"
         try:
-            self.engine.add_request(request_id, request.engine_prompt(), request.params)
+            self.engine.add_request(request_id, request.engine_prompt(), request.params,
+                                    lora_request=self.lora_request)
         except (AudioError, ValueError, TypeError) as error:
             raise InputFailed(request.input_state, str(error)) from error
         self.requests[request_id] = request

@@ -36,7 +36,7 @@ class WindowDecoder:
         self.initial_tokens: List[int] = self.plan.initial_tokens
         self.words_always = options.word_timestamps or options.hallucination_silence_threshold is not None
         timed = self.words_always or (options.timestamps and options.vad_filter is not False)
-        self.aligner = WordAligner(engine, tokens) if timed else None
+        self.aligner = WordAligner(engine, tokens, options.lora_request) if timed else None
 
     def decode_text(self, token_ids: List[int]) -> str:
         return self.engine.tokenizer.decode(token_ids, skip_special_tokens=True) if token_ids else ""

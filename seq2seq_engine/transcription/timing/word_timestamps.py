@@ -45,8 +45,9 @@ class WordAligner:
     again and `num_encoder_runs` counts it. Call it between engine steps, in the thread that steps the engine.
     """
 
-    def __init__(self, engine: EnginePort, tokens: WhisperTokens) -> None:
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens, lora_request: Optional[Any] = None) -> None:
         self.engine = engine
+        self.lora_int_id = lora_request.lora_int_id if lora_request is not None else 0
         self.tokenizer = engine.tokenizer
         self.tokens = tokens
         self.max_positions = engine.hf_config.max_target_positions
@@ -67,7 +68,7 @@ class WordAligner:
         if not text:
             return text, None
         return text, AlignmentRequest(window.features, prompt + text + [tokens.eot], len(prompt) - 1, len(text),
-                                      tokens.eot)
+                                      tokens.eot, self.lora_int_id)
 
     def _words(self, window: WindowToAlign, text_tokens: List[int], result: AlignmentResult,
                prompt_len: int) -> Tuple[List[WordTiming], float]:
