@@ -166,3 +166,23 @@ def test_lora_request_needs_enable_lora_and_valid_fields(bart):
         LoRARequest("x", 0, "/tmp")
     with pytest.raises(ValueError, match="max_lora_rank must be one of"):
         LLM(model_dir, skip_tokenizer_init=True, enable_lora=True, max_lora_rank=12)
+
+
+@pytest.mark.parametrize("precision", [{"dtype": "bfloat16"}, {"quantization": "int8"}])
+def test_bfloat16_and_int8_base_models_take_float_adapters(bart, precision):
+    """The slots hold the compute dtype (bfloat16, or float32 under int8): the adapter still moves the tokens its
+    PEFT reference moves, to the rounding of the base model's precision."""
+    model_dir, hf_model, adapters = bart
+    encoders = _encoders(4, seed=11)
+    llm = LLM(model_dir, skip_tokenizer_init=True, block_size=4, kv_cache_space_gb=0.05, enable_lora=True, **precision)
+    tokens = _greedy(llm, [TokensPrompt(prompt_token_ids=e) for e in encoders], adapters[0][0])
+    references = [hf_greedy(adapters[0][1], torch.tensor(e), [2, 0], NUM_TOKENS)[0] for e in encoders]
+    base = [hf_greedy(hf_model, torch.tensor(e), [2, 0], NUM_TOKENS)[0] for e in encoders]
+    assert sum(t[0] == r[0] for t, r in zip(tokens, references)) >= 3
+    assert sum(t[0] == b[0] for t, b in zip(tokens, base)) < sum(t[0] == r[0] for t, r in zip(tokens, references))
+
+
+def test_families_without_lora_are_refused_at_start_up(tmp_path):
+    model_dir, _ = build_tiny_model("gpt2", tmp_path)
+    with pytest.raises(ValueError, match="GPT2LMHeadModel does not serve LoRA adapters"):
+        LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.05, enable_lora=True)
