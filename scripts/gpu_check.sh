@@ -2,7 +2,7 @@
 # The GPU check, one command on a CUDA machine (about 5 minutes on an H100): installs the engine from this tree
 # without dependencies or network, prints the GPU and the versions, then runs, each step time-boxed and the next one
 # run whatever happened:
-#   kernels  the Triton kernel tests (their CUDA cases)   pytest -m gpu_kernel tests/kernels/test_triton_*.py
+#   kernels  the Triton kernel tests (their CUDA cases)   pytest -m gpu_kernel tests/kernels/test_triton_*.py test_lora_kernels.py
 #   cuda     the CUDA correctness tests                  pytest tests/cuda
 #   bench    the throughput benchmark against HF         python -m benchmarks.gpu_throughput
 #   fp8      the same for Whisper with a float8 KV cache  python -m benchmarks.gpu_throughput --kv-cache-dtype fp8
@@ -96,7 +96,7 @@ if [[ $GPU == 1 ]]; then KERNEL_FILTER=(-k "not cpu"); fi
 STEPS=" ${STEPS:-kernels cuda bench fp8 other sweep} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m gpu_kernel "${KERNEL_FILTER[@]}" \
-    --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py
+    --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py tests/kernels/test_lora_kernels.py
 wants cuda && step "cuda tests" "${CUDA_TIMEOUT:-100}" "${PYTEST[@]}" --junitxml="$OUT/cuda_tests.xml" tests/cuda
 # shellcheck disable=SC2086  # BENCH_ARGS: extra flags, split on spaces
 wants bench && step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput "${BENCH_DEFAULT[@]}" ${BENCH_ARGS:-}

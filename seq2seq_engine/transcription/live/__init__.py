@@ -4,7 +4,7 @@ consecutive decodes (never taken back) and one final decode per turn, all as req
     session = LiveSession(LiveOptions(language="en"), LiveDecoder.for_engine(llm.llm_engine), StreamingVad())
     events = session.append(decode_pcm16(chunk, 16000))
     for request in session.take_requests():
-        engine.add_request(request.request_id, request.prompt, request.params)
+        engine.add_request(request.request_id, request.prompt, request.params, lora_request=request.lora_request)
     ...  # when a request finishes:
     events += session.on_output(output.request_id, output.outputs[0].token_ids)
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -30,17 +30,18 @@ class LiveDecoder:
     """Builds each decode of a live turn from an EnginePort (its tokenizer, mel bins, window, device): the
     features of the samples, the prompt `[<|startofprev|> prompt text] <|startoftranscript|> [language, task]
     <|notimestamps|>`, and temperature-0 greedy parameters with the model's suppress lists (as `transcribe` with
-    temperature=0.0 and beam_width=1 decodes a window)."""
+    temperature=0.0 and beam_width=1 decodes a window); every request carries `lora_request` (a LoRARequest or
+    None), the adapter its owner submits it with."""
 
-    def __init__(self, engine: EnginePort, tokens: WhisperTokens) -> None:
-        self.engine, self.tokens = engine, tokens
+    def __init__(self, engine: EnginePort, tokens: WhisperTokens, lora_request: Optional[Any] = None) -> None:
+        self.engine, self.tokens, self.lora_request = engine, tokens, lora_request
         greedy = TranscriptionOptions(temperature=0.0, beam_width=1, use_tqdm=False)   # a turn's latency first
         self.plan = DecodePlan(engine, tokens, greedy)
 
     @classmethod
-    def for_engine(cls, engine: EnginePort) -> "LiveDecoder":
+    def for_engine(cls, engine: EnginePort, lora_request: Optional[Any] = None) -> "LiveDecoder":
         """ValueError when the engine's model takes no audio (or has no Whisper tokenizer)."""
-        return cls(engine, whisper_tokens_for(engine))
+        return cls(engine, whisper_tokens_for(engine), lora_request)
 
     @property
     def needs_language(self) -> bool:
@@ -55,7 +56,8 @@ class LiveDecoder:
     def detection_request(self, request_id: str, samples: np.ndarray) -> DecodeRequest:
         """The one-token request naming the language spoken in `samples` (read it with `language_of`)."""
         features = features_for(self.engine, samples)
-        return DecodeRequest(request_id, detection_prompt(self.tokens, features), detection_params(self.tokens))
+        return DecodeRequest(request_id, detection_prompt(self.tokens, features), detection_params(self.tokens),
+                             self.lora_request)
 
     def language_of(self, token_ids: List[int]) -> str:
         """The language code a finished detection request names; ValueError when it names none."""
@@ -89,7 +91,7 @@ class LiveDecoder:
         params = dataclasses.replace(params, **changes) if changes else params
         prompt = {"prompt_token_ids": token_ids,
                   "multi_modal_data": {"input_features": features_for(self.engine, samples)}}
-        return DecodeRequest(request_id, prompt, params)
+        return DecodeRequest(request_id, prompt, params, self.lora_request)
 
     def text(self, token_ids: List[int], prefix_text: Optional[str] = None) -> str:
         """The text of a decode's output tokens (special and timestamp tokens left out), whitespace collapsed;
