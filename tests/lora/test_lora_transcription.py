@@ -16,7 +16,7 @@ from seq2seq_engine.audio import load_audio
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.options import TranscriptionOptions
 
-CLIPS = ["en/quick_brown_fox.wav", "en/counting.wav", "es/hola_mundo.wav"]
+CLIPS = ["en/quick_brown_fox.wav", "es/hola_mundo.wav"]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_greedy_tokens_match_peft_on_real_weights(whisper_base):
     model_dir, hf_model, adapters = whisper_base
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)
     features = [extractor(load_audio(path), sampling_rate=16000, return_tensors="pt").input_features[0]
-                for path in _clips()[:2]]
+                for path in _clips()[:1]]
     prompt = [50258, 50259, 50359, 50363]     # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>
     llm = LLM(model_dir, dtype="float32", kv_cache_space_gb=0.3, enable_lora=True, max_loras=2)
     cases = [(f, choice) for f in features for choice in (adapters[0], adapters[1], None)]
