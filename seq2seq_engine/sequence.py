@@ -105,6 +105,8 @@ class SequenceGroup:
         self.priority = priority
         # The LoRA adapter the request runs with (a LoRARequest, seq2seq_engine/lora_request.py), or None.
         self.lora_request: Optional[Any] = None
+        # What the KV caches key the request's content by under its adapter (0: none; lora/manager.py: cache_tag).
+        self.lora_cache_tag = 0
         # The encoder input's content key (core/content_keys.py), computed when a cache first needs it.
         self.encoder_key: Optional[bytes] = None
         self.ignored_reason: Optional[str] = None

@@ -60,7 +60,7 @@ class BlockSpaceManager(BlockSwapping):
         return request_encoder_key(seq_group)
 
     def _block_hashes(self, seq_group: SequenceGroup, seq: Sequence, num_blocks: int) -> List[bytes]:
-        seed = self._encoder_key(seq_group) or adapter_key(seq_group.lora_int_id)
+        seed = self._encoder_key(seq_group) or adapter_key(seq_group.lora_cache_tag)
         return extend_block_hashes(seq.block_hashes, seq.get_token_ids(), self.block_size, num_blocks,
                                    seed)[:num_blocks]
 

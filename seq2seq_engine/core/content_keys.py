@@ -56,10 +56,10 @@ def encoder_content_key(encoder_token_ids: Sequence[int], multi_modal_data: Opti
     return _digest(b"tokens", _token_bytes(encoder_token_ids))
 
 
-def adapter_key(lora_int_id: int) -> bytes:
-    """What the caches add to a key for a request's LoRA adapter (nothing without one): an adapter changes the
-    encoder output and every K/V, so content is equal only under the same adapter."""
-    return _digest(b"lora", lora_int_id.to_bytes(8, "little")) if lora_int_id else b""
+def adapter_key(lora_cache_tag: int) -> bytes:
+    """What the caches add to a key for a request's LoRA adapter, by the tag of its registration (nothing without
+    one): an adapter changes the encoder output and every K/V, so content is equal only under the same adapter."""
+    return _digest(b"lora", lora_cache_tag.to_bytes(8, "little")) if lora_cache_tag else b""
 
 
 def request_encoder_key(seq_group: Any) -> bytes:
@@ -69,7 +69,7 @@ def request_encoder_key(seq_group: Any) -> bytes:
         inputs = seq_group.inputs
         key = encoder_content_key(seq_group.encoder_seq.prompt_token_ids,
                                   inputs.multi_modal_data if inputs is not None else None)
-        seq_group.encoder_key = key + adapter_key(seq_group.lora_int_id)
+        seq_group.encoder_key = key + adapter_key(seq_group.lora_cache_tag)
     return seq_group.encoder_key
 
 

@@ -20,15 +20,15 @@ MAX_WINDOWS_PER_PASS = 8
 
 def cached_cross_kv(cross_cache: Optional[CrossCache], device_cache: Sequence[Tuple[torch.Tensor, torch.Tensor]],
                     features: torch.Tensor, encoder_len: int, dtype: torch.dtype,
-                    lora_int_id: int = 0) -> Optional[CrossKV]:
+                    lora_cache_tag: int = 0) -> Optional[CrossKV]:
     """Per decoder layer (keys, values) [encoder_len, d], in `dtype`, of the computed cross table of `features`
     (the log-mel tensor a finished request carried as `input_features`: same values, dtype and shape, so the same
-    content key) under the adapter `lora_int_id` (0: none); None when no computed entry is cached (evicted, or the
+    content key) under the adapter of `lora_cache_tag` (0: none); None when no computed entry is cached (evicted, or the
     encoder cache is off). Read between engine steps only: an idle entry's blocks are evictable, and the next step
     may reuse them."""
     if cross_cache is None:
         return None
-    entry = cross_cache.find(encoder_content_key([], {"input_features": features}) + adapter_key(lora_int_id))
+    entry = cross_cache.find(encoder_content_key([], {"input_features": features}) + adapter_key(lora_cache_tag))
     if entry is None or not entry.computed:
         return None
     block_size = device_cache[0][0].shape[1]
@@ -96,8 +96,8 @@ class AlignmentPass:
         dtype = self.model.model.decoder.embed_tokens.weight.dtype
         cross_kvs, cached = [], []
         for request in requests:
-            cross_kv = cached_cross_kv(cross_cache, device_cache, request.features, self.encoder_len, dtype,
-                                       request.lora_int_id)
+            tag = self.lora_manager.cache_tag(request.lora_int_id) if request.lora_int_id else 0
+            cross_kv = cached_cross_kv(cross_cache, device_cache, request.features, self.encoder_len, dtype, tag)
             cached.append(cross_kv is not None)
             cross_kvs.append(cross_kv if cross_kv is not None else encoder_cross_kv(self.model, request.features))
         hidden, scores = aligned_decode(self.model, [list(r.token_ids) for r in requests], cross_kvs, self.heads)

@@ -158,6 +158,8 @@ class LLMEngine(EnginePortMethods):
         group = SequenceGroup(request_id, decoder_seqs, arrival_time or time.monotonic(), params, encoder_seq,
                               inputs, priority)
         group.lora_request = lora_request
+        if lora_request is not None:
+            group.lora_cache_tag = self.lora_manager.cache_tag(lora_request.lora_int_id)
         if beam_params is not None:
             group.beam_search = make_beam_state(beam_params, len(inputs.decoder.prompt_token_ids),
                                                 self.model_config.max_model_len, eos)

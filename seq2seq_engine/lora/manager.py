@@ -3,6 +3,7 @@ and `max_loras` device slots filled for the adapters of each step (least recentl
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 from typing import Dict, Iterable, List, Optional
 
@@ -28,6 +29,10 @@ class LoRAManager:
         self.layers = self._wrap(model)
         self.requests: Dict[int, LoRARequest] = {}
         self._host: "collections.OrderedDict[int, MappedAdapter]" = collections.OrderedDict()
+        # A cache tag per registration: the KV caches key content by it, so an id removed and registered again with
+        # another adapter never finds the blocks the first one computed.
+        self._cache_tags: Dict[int, int] = {}
+        self._tag_counter = itertools.count(1)
         self._slot_ids: List[Optional[int]] = [None] * config.max_loras
         self._slot_last_use = [0] * config.max_loras
         self._clock = 0
@@ -56,12 +61,18 @@ class LoRAManager:
                                    f"at {known.lora_path}, not {request.lora_path}")
         self._host_adapter(request)
         self.requests[request.lora_int_id] = request
+        self._cache_tags.setdefault(request.lora_int_id, next(self._tag_counter))
+
+    def cache_tag(self, lora_int_id: int) -> int:
+        """The tag the KV caches key an adapter's content by (0 without an adapter): one per registration."""
+        return self._cache_tags[lora_int_id] if lora_int_id else 0
 
     def remove_adapter(self, lora_int_id: int) -> bool:
         """Forget an adapter (its slot and host copy); False when it was not registered."""
         if self.requests.pop(lora_int_id, None) is None:
             return False
         self._host.pop(lora_int_id, None)
+        self._cache_tags.pop(lora_int_id, None)
         for slot, held in enumerate(self._slot_ids):
             if held == lora_int_id:
                 self._slot_ids[slot] = None

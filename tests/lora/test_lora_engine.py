@@ -186,3 +186,18 @@ def test_families_without_lora_are_refused_at_start_up(tmp_path):
     model_dir, _ = build_tiny_model("gpt2", tmp_path)
     with pytest.raises(ValueError, match="GPT2LMHeadModel does not serve LoRA adapters"):
         LLM(model_dir, skip_tokenizer_init=True, kv_cache_space_gb=0.05, enable_lora=True)
+
+
+def test_an_id_registered_again_never_finds_the_removed_adapters_cached_blocks(tmp_path):
+    """remove_lora then the same lora_int_id for another adapter: the prefix cache keys by registration, not id."""
+    model_dir, hf_model = build_tiny_model("llama", tmp_path)
+    paths = [save_random_adapter(hf_model, tmp_path / f"adapter{i}", 8, ["q_proj", "v_proj", "down_proj"], seed=40 + i,
+                                 b_scale=4.0) for i in range(2)]
+    prompt = list(range(10, 30))
+    llm = _llm(model_dir)
+    first = _greedy(llm, [TokensPrompt(prompt_token_ids=prompt)], [LoRARequest("a", 1, paths[0][0])])
+    assert llm.llm_engine.remove_lora(1)
+    second = _greedy(llm, [TokensPrompt(prompt_token_ids=prompt)], [LoRARequest("b", 1, paths[1][0])])
+    assert first[0] == hf_greedy(paths[0][1], None, prompt, NUM_TOKENS)[0]
+    assert second[0] == hf_greedy(paths[1][1], None, prompt, NUM_TOKENS)[0]
+    assert [r.lora_name for r in llm.llm_engine.list_loras()] == ["b"]
