@@ -10,6 +10,7 @@ import threading
 from typing import Any, BinaryIO, Dict, List, Optional, TextIO
 
 from seq2seq_engine.engine_port import EnginePort
+from seq2seq_engine.entrypoints.engine_flags import lora_request_from_args
 from seq2seq_engine.entrypoints.live_input import END, INPUT_FORMATS, read_blocks
 from seq2seq_engine.transcription.live import Completed, LiveDecoder, LiveOptions, LiveSession
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
@@ -60,9 +61,12 @@ def run_live(args: argparse.Namespace, engine_kwargs: Dict[str, Any], out: TextI
 
     if source is None and sys.stdin is None:
         raise ValueError("stdin is closed: --live reads the audio from stdin ('-')")
+    lora = lora_request_from_args(args)
     engine: EnginePort = LLM(args.model, **engine_kwargs).llm_engine
+    if lora is not None:
+        engine.add_lora(lora)  # read now: a bad adapter is a usage error
     options = LiveOptions(language=args.language, prompt=getattr(args, "initial_prompt", None))
-    session = LiveSession(options, LiveDecoder.for_engine(engine))
+    session = LiveSession(options, LiveDecoder.for_engine(engine, lora))  # every decode with --lora's adapter
     blocks: "queue.Queue[Any]" = queue.Queue(maxsize=MAX_QUEUED_BLOCKS)
     reader = threading.Thread(target=read_blocks, daemon=True,
                               args=(source or sys.stdin.buffer, args.input_format, args.sample_rate, blocks))
@@ -103,18 +107,22 @@ def _commit_rest(session: LiveSession) -> List[Any]:
 
 
 def run_requests(engine: EnginePort, session: LiveSession, events: List[Any]) -> None:
-    """The in-process owner's turn: submit the queued decodes, run one engine step, hand back the finished ones
-    (their events into `events`) and submit what they queued."""
-    for request in session.take_requests():
-        engine.add_request(request.request_id, request.prompt, request.params)
+    """The in-process owner's turn: submit the queued decodes (each with its decoder's LoRA adapter), run one engine
+    step, hand back the finished ones (their events into `events`) and submit what they queued."""
+    _submit(engine, session)
     stale = session.take_stale()
     if stale:
         engine.abort_request(stale)
     if engine.has_unfinished_requests():
         for output in engine.step(finished_only=True):
             events += session.on_output(output.request_id, output.outputs[0].token_ids)
+    _submit(engine, session)
+
+
+def _submit(engine: EnginePort, session: LiveSession) -> None:
     for request in session.take_requests():
-        engine.add_request(request.request_id, request.prompt, request.params)
+        adapter = {} if request.lora_request is None else {"lora_request": request.lora_request}
+        engine.add_request(request.request_id, request.prompt, request.params, **adapter)
 
 
 def _print_turns(events: List[Any], out: TextIO) -> None:

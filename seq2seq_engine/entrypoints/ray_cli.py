@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob
+from seq2seq_engine.entrypoints.engine_flags import lora_request_from_args
 from seq2seq_engine.output_records import output_record
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.output.results import TranscriptionResult
@@ -51,6 +52,13 @@ def _job(args: argparse.Namespace) -> Any:
                   batch_size=args.ray_batch_size, progress=not args.quiet)
 
 
+def _lora_fields(args: argparse.Namespace) -> Dict[str, Any]:
+    """ReplicaConfig's LoRA fields for --lora: the adapter every row runs with, by its --lora-name, at its absolute
+    path (the replicas read it from there)."""
+    lora = lora_request_from_args(args)
+    return {} if lora is None else {"lora": lora.lora_name, "lora_modules": {lora.lora_name: lora.lora_path}}
+
+
 def transcribe_on_ray(args: argparse.Namespace, options: TranscriptionOptions, jobs: Sequence[AudioJob],
                       engine_kwargs: Dict[str, Any]) -> Iterator[Tuple[int, TranscriptionResult]]:
     """(input index, result) for each job as the cluster finishes it; relative paths are read from this folder."""
@@ -58,7 +66,8 @@ def transcribe_on_ray(args: argparse.Namespace, options: TranscriptionOptions, j
     from seq2seq_engine.integrations.ray_jobs import transcribe_rows
     from seq2seq_engine.integrations.rows import row_to_result
 
-    config = ReplicaConfig(args.model, engine_kwargs, transcription=options, working_dir=os.getcwd())
+    config = ReplicaConfig(args.model, engine_kwargs, transcription=options, working_dir=os.getcwd(),
+                           **_lora_fields(args))
     rows = [{"index": index, "path": job.source} for index, job in enumerate(jobs)]
     for row in transcribe_rows(_job(args), config, rows):
         yield int(row["index"]), row_to_result(row)
@@ -72,6 +81,6 @@ def generate_records_on_ray(args: argparse.Namespace, prompts: List[Any], engine
     from seq2seq_engine.integrations.rows import row_to_fields
 
     config = ReplicaConfig(args.model, engine_kwargs, sampling=sampling, src_lang=getattr(args, "src_lang", None),
-                           tgt_lang=getattr(args, "tgt_lang", None))
+                           tgt_lang=getattr(args, "tgt_lang", None), **_lora_fields(args))
     for row in generate_rows_in_order(_job(args), config, prompts):
         yield output_record(int(row["index"]), row_to_fields(row), row.get("error"))

@@ -4,8 +4,9 @@ Each input line becomes one request; results are written as JSON lines in input 
 all before it are done (so a long file streams), with a progress bar on stderr. Generation settings come from the
 model's generation_config.json (e.g. bart-large-cnn's 4 beams, length penalty, min/max lengths, no_repeat_ngram)
 and any flag given here overrides them. A line the engine refuses gets {"index": i, "error": "..."} at its place
-and the exit status is 1; a usage or model error exits with 2. With --ray [ADDRESS] the prompts run on a Ray
-cluster, one engine per replica (ray_cli.py), and the output file is the same.
+and the exit status is 1; a usage or model error exits with 2 (a --lora adapter that cannot be served too). With
+--lora PATH every prompt runs with that PEFT LoRA adapter. With --ray [ADDRESS] the prompts run on a Ray cluster, one
+engine per replica (ray_cli.py), and the output file is the same.
 
 Input: .txt = one text prompt per non-empty line; .jsonl = one JSON value per line: a string, or a prompt object
 ({"prompt": ...}, {"prompt_token_ids": [...]}, {"encoder_prompt": ..., "decoder_prompt": ...}).
@@ -20,11 +21,14 @@ from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 from tqdm.auto import tqdm
 
 from seq2seq_engine.engine.streaming import StreamError, stream_in_order
-from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments, cache_kwargs
+from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, cache_kwargs,
+                                                     lora_kwargs, lora_request_from_args)
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.task_prefix import add_prefix_argument, with_prefix
+from seq2seq_engine.integrations.adapters import AdapterEngine
 from seq2seq_engine.integrations.ray_jobs import RayJobError, RayMissingError
+from seq2seq_engine.lora_request import LoRARequest
 from seq2seq_engine.output_records import output_record, result_fields
 from seq2seq_engine.outputs import RequestOutput
 from seq2seq_engine.tokenization.languages import translation_languages
@@ -90,6 +94,7 @@ def _configure(parser: argparse.ArgumentParser, translate: bool) -> None:
     engine.add_argument("--max-in-flight", type=int, default=512, help="requests queued in the engine at once")
     engine.add_argument("--skip-tokenizer-init", action="store_true", help="token-id prompts only, no text")
     engine.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_lora_arguments(engine)
     add_ray_arguments(parser, DEFAULT_BATCH_SIZE["text"])
 
 
@@ -120,18 +125,21 @@ def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
                 kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
                 skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
-                max_num_seqs=args.max_num_seqs, **cache_kwargs(args))
+                max_num_seqs=args.max_num_seqs, **cache_kwargs(args), **lora_kwargs(args))
 
 
-def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dict]:
+def _local_records(args: argparse.Namespace, prompts: List[Any], lora: Optional[LoRARequest]) -> Iterator[dict]:
     from seq2seq_engine.entrypoints.llm import LLM
     llm = LLM(args.model, **engine_kwargs(args))
+    if lora is not None:
+        llm.llm_engine.add_lora(lora)  # read now: a bad adapter is a usage error before any prompt runs
+    engine = AdapterEngine(llm.llm_engine, lora)  # every request with the adapter (none: the base model)
     overrides = overrides_from_args(args)
     model_type = getattr(llm.llm_engine.hf_config, "model_type", None)
     requests = ((prompt, dict(overrides))
                 for prompt in translation_prompts(prompts, llm.get_tokenizer(), args, model_type))
     with tqdm(total=len(prompts), desc=f"{args.command}", unit="req", disable=args.quiet) as progress:
-        for index, item in stream_in_order(llm.llm_engine, requests, args.max_in_flight,
+        for index, item in stream_in_order(engine, requests, args.max_in_flight,
                                            on_finished=lambda: progress.update(1)):
             yield _record(index, item)
 
@@ -139,11 +147,12 @@ def _local_records(args: argparse.Namespace, prompts: List[Any]) -> Iterator[dic
 def run(args: argparse.Namespace, out: TextIO) -> Tuple[int, int]:
     """Write one JSON line per input (here, or with --ray on the cluster); returns (results written, refused)."""
     check_ray_arguments(args)
+    lora = lora_request_from_args(args)
     prompts = with_prefix(read_prompts(args.input), args)
     if args.ray is not None:
         records = generate_records_on_ray(args, prompts, engine_kwargs(args), overrides_from_args(args))
     else:
-        records = _local_records(args, prompts)
+        records = _local_records(args, prompts, lora)
     written = failed = 0
     for record in records:
         out.write(json.dumps(record, ensure_ascii=False) + "\n")

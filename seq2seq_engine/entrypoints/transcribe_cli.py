@@ -15,20 +15,23 @@ single input. srt/vtt cues last at most 7 s, never run across a pause over 1 s a
 characters (the --max-line-* flags); for them --word-timestamps is on unless --[no-]timestamps or
 --[no-]word-timestamps is given (--timestamps alone is faster, its cues less well placed). Failures are reported
 on stderr at the end; the exit status is 1 when any input failed (the others are still written), 2 for a usage or
-model error. With --ray the files are transcribed on a Ray cluster, one engine
-per replica (ray_cli.py); the outputs are the same. With --live, raw s16le mono audio is read from stdin as it
-arrives and each turn's text is printed on its own line once final (live_cli.py).
+model error (a --lora adapter that cannot be served too). With --lora PATH every window runs with that PEFT LoRA
+adapter. With --ray the files are transcribed on a Ray cluster, one engine per replica (ray_cli.py); the outputs are
+the same. With --live, raw s16le mono audio is read from stdin as it arrives and each turn's text is printed on its
+own line once final (live_cli.py).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
-from seq2seq_engine.entrypoints.engine_flags import add_precision_arguments, cache_kwargs
+from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, cache_kwargs,
+                                                     lora_kwargs, lora_request_from_args)
 from seq2seq_engine.entrypoints.live_cli import OutputClosed, add_live_arguments, check_live_arguments, run_live
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_subtitle_arguments,
@@ -83,6 +86,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--no-skip-silence", dest="skip_silence", action="store_false",
                         help="decode silent windows too (by default they give no text)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_lora_arguments(parser)
     add_decoding_arguments(parser)
     add_vad_arguments(parser)
     add_word_arguments(parser)
@@ -135,6 +139,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
         return _run_live(args, out, err)
     try:
         options = options_from_args(args)  # checked before any file is looked at or the model loaded
+        options = dataclasses.replace(options, lora_request=lora_request_from_args(args))
         subtitles = subtitle_options(args)
         check_ray_arguments(args)
     except (ValueError, TypeError, RayMissingError) as error:
@@ -197,7 +202,7 @@ def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
                 kv_cache_dtype=args.kv_cache_dtype, kv_cache_space_gb=args.kv_cache_space_gb,
                 max_num_seqs=args.max_num_seqs, swap_space_gb=args.swap_space_gb, enforce_eager=args.enforce_eager,
-                **cache_kwargs(args))
+                **cache_kwargs(args), **lora_kwargs(args))
 
 
 def _results(args: argparse.Namespace, options: TranscriptionOptions,
@@ -205,11 +210,14 @@ def _results(args: argparse.Namespace, options: TranscriptionOptions,
     """(input index, result) for each job as soon as it finishes: here, or with --ray on the cluster."""
     if args.ray is not None:
         from seq2seq_engine.entrypoints.ray_cli import transcribe_on_ray
-        return transcribe_on_ray(args, options, jobs, engine_kwargs(args))
+        without_lora = dataclasses.replace(options, lora_request=None)  # each replica reads --lora (ReplicaConfig)
+        return transcribe_on_ray(args, without_lora, jobs, engine_kwargs(args))
     from seq2seq_engine.entrypoints.llm import LLM
     from seq2seq_engine.transcription.pipeline import iter_transcribe
 
     llm = LLM(args.model, **engine_kwargs(args))  # the engine resolves a short name, CT2 directory or GGUF file
+    if options.lora_request is not None:
+        llm.llm_engine.add_lora(options.lora_request)  # read now: a bad adapter is a usage error
     return iter_transcribe(llm, [job.source for job in jobs], options)
 
 

@@ -39,6 +39,9 @@ OVERRIDES: Tuple[Override, ...] = (
              "0: leave glibc malloc's trim and mmap thresholds as they are"),
     Override("SEQ2SEQ_ENGINE_STARTUP_GC", "1, 0", "1",
              "0: no garbage collection and freeze after the engine is built"),
+    Override("SEQ2SEQ_ENGINE_ALLOW_RUNTIME_LORA_UPDATING", "true, false", "false",
+             "true: `seq2seq-engine serve` adds /v1/load_lora_adapter and /v1/unload_lora_adapter, as "
+             "--allow-runtime-lora-updating (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING works too)"),
 )
 _BY_NAME = {override.name: override for override in OVERRIDES}
 

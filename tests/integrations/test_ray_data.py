@@ -1,7 +1,8 @@
 """Ray Data integration (seq2seq_engine/integrations/) on a real multi-node Ray cluster on this machine: audio rows
-and prompt rows give what the single-machine engine gives, rows that fail carry their own errors, the `--ray` command
-lines write the same files as the single-machine commands, `--ray` without ray installed says how to install it, and
-a job whose worker node is killed mid-job still returns every input once, with the same results."""
+and prompt rows give what the single-machine engine gives (rows naming LoRA adapters too), rows that fail carry their
+own errors, the `--ray` command lines write the same files as the single-machine commands, `--ray` without ray
+installed says how to install it, and a job whose worker node is killed mid-job still returns every input once, with
+the same results."""
 import dataclasses
 import glob
 import json
@@ -12,13 +13,17 @@ import threading
 
 import pytest
 import ray
+import transformers
 from conftest import require_model, require_speech_clips
+from hf_reference import build_tiny_model
+from lora.lora_reference import save_random_adapter
 from ray_cluster_utils import (MarkedTranscribeBatch, node_of_first_mark, same_but_float_rounding, start_cluster,
                                stop_cluster)
 
+from seq2seq_engine import LoRARequest
 from seq2seq_engine.entrypoints.cli import main
 from seq2seq_engine.entrypoints.llm import LLM
-from seq2seq_engine.integrations.ray_data import GenerateBatch, ReplicaConfig
+from seq2seq_engine.integrations.ray_data import GenerateBatch, ReplicaConfig, TranscribeBatch
 from seq2seq_engine.integrations.rows import row_to_result
 from seq2seq_engine.transcription.options import TranscriptionOptions
 
@@ -52,9 +57,10 @@ def whisper_llm(whisper):
     return LLM(whisper, **ENGINE)
 
 
-def _map(rows, batch_class, batch_size, **constructor_kwargs):
+def _map(rows, batch_class, batch_size, num_replicas=2, **constructor_kwargs):
     dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
-    replicas = ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1)  # a batch waits for a free one
+    # a batch waits for a free replica
+    replicas = ray.data.ActorPoolStrategy(size=num_replicas, max_tasks_in_flight_per_actor=1)
     dataset = dataset.map_batches(batch_class, fn_constructor_kwargs=constructor_kwargs, num_cpus=1,
                                   compute=replicas, batch_size=batch_size)
     return sorted(dataset.take_all(), key=lambda row: row["id"])
@@ -123,6 +129,38 @@ def test_prompt_rows_give_the_single_machine_generations_and_their_own_errors(cl
             llm.generate(bad_prompt, SAMPLING, use_tqdm=False)
         assert row["error"] == str(refused.value) and row["text"] is None
     assert "needs a 'prompt'" in out[5]["error"]
+
+
+def test_rows_run_with_the_lora_adapters_they_name(cluster, whisper, clips, tmp_path):
+    """One batch of rows naming an adapter by name, by directory, none, and one that cannot be served: each row gets
+    the single-machine result of its adapter (the adapted ones run together with the base model's)."""
+    hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(whisper).eval()
+    path, _ = save_random_adapter(hf_model, tmp_path / "w", 8, ["q_proj", "v_proj", "fc1"], seed=31, b_scale=0.3)
+    fox = next(clip for clip in clips if clip.endswith("quick_brown_fox.wav"))
+    adapters = ["w", None, path, str(tmp_path / "nothing")]
+    rows = [{"id": i, "path": fox, "lora": adapter} for i, adapter in enumerate(adapters)]
+    config = ReplicaConfig(whisper, ENGINE, transcription=OPTIONS, lora_modules={"w": path})
+    out = _map(rows, TranscribeBatch, len(rows), num_replicas=1, config=config)
+    llm = LLM(whisper, enable_lora=True, max_lora_rank=8, **ENGINE)
+    adapted, base = (llm.transcribe([fox], OPTIONS, lora_request=lora)[0].text
+                     for lora in (LoRARequest("w", 1, path), None))
+    assert [row["text"] for row in out[:3]] == [adapted, base, adapted] and adapted != base
+    assert "no such directory" in out[3]["error"] and not out[3]["text"]
+
+
+def test_generate_ray_with_lora_writes_the_single_machine_file(cluster, tmp_path):
+    _, address = cluster
+    model_dir, hf_model = build_tiny_model("llama", tmp_path)
+    path, _ = save_random_adapter(hf_model, tmp_path / "a", 8, ["q_proj", "v_proj"], seed=3, b_scale=4.0)
+    lines = [{"prompt_token_ids": [5, 6, 7]}, {"prompt_token_ids": [8, 9]}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    flags = ["--model", model_dir, "--input", str(tmp_path / "in.jsonl"), "--skip-tokenizer-init", "--lora", path,
+             "--temperature", "0", "--max-tokens", "6", *ENGINE_FLAGS]
+    assert main(["generate", *flags, "--output", str(tmp_path / "here.jsonl")]) == 0
+    assert main(["generate", *flags, "--output", str(tmp_path / "ray.jsonl"), "--ray", address]) == 0
+    here = [json.loads(line) for line in (tmp_path / "here.jsonl").read_text().splitlines()]
+    assert same_but_float_rounding([json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()],
+                                   here) and len(here) == 2
 
 
 def _command(*args):

@@ -9,6 +9,7 @@ from seq2seq_engine.entrypoints.openai.chat import chat_prompt_token_ids, create
 from seq2seq_engine.entrypoints.openai.completions import create_completion
 from seq2seq_engine.entrypoints.openai.errors import APIError, check_size, install_error_handlers
 from seq2seq_engine.entrypoints.openai.limits import MAX_DETOKENIZE_TOKENS
+from seq2seq_engine.entrypoints.openai.lora_routes import add_lora_routes
 from seq2seq_engine.entrypoints.openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
 from seq2seq_engine.entrypoints.openai.params import check_model_name, check_sampling_limits, check_text_size
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
@@ -27,6 +28,8 @@ def build_app(models: ServedModels) -> FastAPI:
     _token_routes(app, models)
     _generation_routes(app, models)
     add_realtime_route(app, models)
+    if models.settings.allow_runtime_lora_updating:
+        add_lora_routes(app, models)
     return app
 
 
@@ -43,8 +46,15 @@ def _info_routes(app: FastAPI, models: ServedModels) -> None:
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
+        """The served models, then their LoRA adapters (vLLM's cards: `parent` is an adapter's base model, `root`
+        the directory it was read from)."""
         cards = [{"id": state.model_name, "object": "model", "created": state.created, "owned_by": "seq2seq-engine",
-                  "max_model_len": state.model_config.max_model_len} for state in models.states]
+                  "root": state.model_config.model, "parent": None, "max_model_len": state.model_config.max_model_len}
+                 for state in models.states]
+        cards += [{"id": adapter.name, "object": "model", "created": adapter.created, "owned_by": "seq2seq-engine",
+                   "root": adapter.request.lora_path, "parent": adapter.base,
+                   "max_model_len": models.base(adapter.base).model_config.max_model_len}
+                  for adapter in models.loras.adapters.values()]
         return JSONResponse({"object": "list", "data": cards})
 
 
@@ -80,12 +90,12 @@ def _generation_routes(app: FastAPI, models: ServedModels) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         check_sampling_limits(body)
-        return await create_completion(body, request, models.resolve(body.model))
+        return await create_completion(body, request, models.target(body.model))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         check_sampling_limits(body)
-        return await create_chat_completion(body, request, models.resolve(body.model))
+        return await create_chat_completion(body, request, models.target(body.model))
 
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request):

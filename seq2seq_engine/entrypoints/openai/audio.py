@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, AsyncIterator, Dict, Optional
+from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
@@ -16,7 +16,7 @@ from seq2seq_engine.entrypoints.openai.client import job_messages, run_job
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, sse
 from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
-from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
+from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState, Target
 from seq2seq_engine.transcription.job import TranscriptionJob
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.output.results import FailureKind, TranscriptionResult, render
@@ -30,23 +30,28 @@ async def create_transcription(request: Request, models: ServedModels, task: str
         audio = await parse_audio_form(form, task, models.settings.max_upload_bytes)
     if audio.model is None:
         raise APIError("model is required", param="model")
-    state = models.resolve(audio.model)
-    if not state.takes_audio:
-        raise APIError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)", param="model")
+    _audio_model(models, audio.model)
     limit = models.settings.max_audio_seconds
     declared = await run_in_threadpool(declared_seconds, audio.data)  # the header only: no decoding
     if declared is not None and declared > limit:
         raise _too_long(audio, limit)
+    target = _audio_model(models, audio.model)  # again: a LoRA adapter may have been unloaded meanwhile
+    state = target.state
     _check_engine_bounds(audio.options, state)
     try:
-        options = dataclasses.replace(audio.options, max_audio_seconds=limit if math.isfinite(limit) else None)
+        options = dataclasses.replace(audio.options, max_audio_seconds=limit if math.isfinite(limit) else None,
+                                      lora_request=target.lora)
         job = TranscriptionJob(state.engine, [audio.data], options, stream=audio.stream)
     except (ValueError, TypeError) as error:
         raise APIError(str(error), param=options_param(error)) from None
     headers = {"X-Request-Id": request.headers["x-request-id"]} if "x-request-id" in request.headers else None
+    release = models.loras.hold(target.lora)  # the adapter stays loaded while the job runs
     if audio.stream:
-        return await _stream(state, job, request, audio, headers)
-    [(_, result)] = await run_job(state.loop, job, request)
+        return await _stream(state, job, request, audio, headers, release)
+    try:
+        [(_, result)] = await run_job(state.loop, job, request)
+    finally:
+        release()
     _check_decoded(result, audio, limit)
     if audio.response_format in ("text", "srt", "vtt"):
         text = render(result, {"text": "txt"}.get(audio.response_format, audio.response_format),
@@ -55,6 +60,14 @@ async def create_transcription(request: Request, models: ServedModels, task: str
     if audio.response_format == "json":
         return JSONResponse({"text": result.text, "usage": _usage(result)}, headers=headers)
     return JSONResponse(verbose_json(result, audio, task), headers=headers)
+
+
+def _audio_model(models: ServedModels, name: str) -> Target:
+    """The Whisper model (or LoRA adapter on one) a form names; 404 for an unknown name, 400 for a text model."""
+    target = models.target(name)
+    if not target.state.takes_audio:
+        raise APIError(f"the model {target.name!r} takes no audio (it is not a Whisper model)", param="model")
+    return target
 
 
 def _check_engine_bounds(options: TranscriptionOptions, state: ServerState) -> None:
@@ -83,19 +96,26 @@ def _check_decoded(result: TranscriptionResult, audio: AudioRequest, limit: floa
 
 
 async def _stream(state: ServerState, job: TranscriptionJob, request: Request, audio: AudioRequest,
-                  headers: Optional[Dict[str, str]]) -> EventStreamResponse:
+                  headers: Optional[Dict[str, str]], release: Callable[[], None]) -> EventStreamResponse:
     """The events of a streamed transcription. The response starts with the first message, so an upload that is
-    not audio (its result comes first, with the error) is still a 400."""
+    not audio (its result comes first, with the error) is still a 400. `release` runs once the job has ended."""
     messages = job_messages(state.loop, job, request)
     limit = state.settings.max_audio_seconds
+
+    async def close() -> None:
+        try:
+            await messages.aclose()
+        finally:
+            release()
+
     try:
         first = await messages.__anext__()
         if isinstance(first, InputResult):
             _check_decoded(first.result, audio, limit)
     except BaseException:
-        await messages.aclose()
+        await close()
         raise
-    return EventStreamResponse(transcript_events(first, messages, audio, limit), messages.aclose, headers)
+    return EventStreamResponse(transcript_events(first, messages, audio, limit), close, headers)
 
 
 async def transcript_events(first: Any, messages: AsyncIterator[Any], audio: AudioRequest,

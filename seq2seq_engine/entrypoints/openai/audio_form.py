@@ -36,7 +36,7 @@ _TEXTS = ("prefix", "hotwords", "clip_timestamps", "suppress_tokens")
 _ALIASES = {"beam_size": "beam_width"}  # faster-whisper's name
 # The form field of each TranscriptionOptions field whose name differs (the others: the same name), and the fields
 # the endpoint or the server sets (a refusal naming one of them names no form field).
-_FORM_FIELDS = {"initial_prompt": "prompt"}
+_FORM_FIELDS = {"initial_prompt": "prompt", "lora_request": "model"}
 _SET_BY_SERVER = ("task", "timestamps", "use_tqdm", "word_timestamps", "max_in_flight", "max_audio_seconds")
 _SUBTITLE_INTS = ("max_line_width", "max_line_count", "max_words_per_line")
 _SUBTITLE_FIELDS = _SUBTITLE_INTS + ("highlight_words",)

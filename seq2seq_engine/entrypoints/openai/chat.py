@@ -16,7 +16,7 @@ from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.params import (check_messages, check_text_size, default_max_tokens,
                                                       engine_overrides, request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
-from seq2seq_engine.entrypoints.openai.state import ServerState
+from seq2seq_engine.entrypoints.openai.state import ServerState, Target
 
 
 def chat_prompt_token_ids(messages: List[ChatMessage], state: ServerState, add_generation_prompt: bool) -> List[int]:
@@ -36,7 +36,9 @@ def chat_prompt_token_ids(messages: List[ChatMessage], state: ServerState, add_g
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: ServerState):
+async def create_chat_completion(body: ChatCompletionRequest, request: Request, target: Target):
+    """The chat completion on the model `target` names (with its LoRA adapter, if it names one)."""
+    state = target.state
     if body.max_tokens is not None and body.max_completion_tokens is not None:
         raise APIError("send max_completion_tokens or max_tokens, not both", param="max_completion_tokens")
     if body.top_logprobs is not None and not body.logprobs:
@@ -50,13 +52,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     response_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
     requests = EngineRequests(state.loop, request, response_id)
     request_ids = await requests.submit([{"prompt_token_ids": token_ids}], [overrides], param="messages",
-                                        fields=request_fields(body, chat=True))
+                                        fields=request_fields(body, chat=True), lora_request=target.lora)
     incremental = body.n == 1 and (body.best_of or 1) == 1 and not body.use_beam_search
     tracker = ChoiceTracker(request_ids, body.n, incremental)
     headers = {"X-Request-Id": response_id}
     if body.stream:
         head = {"id": response_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": state.model_name}
+                "model": target.name}
         return stream_response(requests, tracker, head, body, lambda piece: _chunk_choice(piece, state), headers)
     async with requests:
         finals = await requests.final_outputs()
@@ -65,7 +67,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
                 "logprobs": _logprobs(piece, state), "finish_reason": piece.finish_reason}
                for piece in tracker.final_pieces(finals)]
     return JSONResponse({"id": response_id, "object": "chat.completion", "created": int(time.time()),
-                         "model": state.model_name, "choices": choices, "usage": usage(finals.values(), body.n)},
+                         "model": target.name, "choices": choices, "usage": usage(finals.values(), body.n)},
                         headers=headers)
 
 

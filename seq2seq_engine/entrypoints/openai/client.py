@@ -43,14 +43,14 @@ class EngineRequests:
             self.unfinished = []
 
     async def submit(self, prompts: Sequence[Any], params: Sequence[Any], param: str = "prompt",
-                     fields: Optional[Mapping[str, str]] = None) -> List[str]:
-        """Queue every prompt; when the engine refuses one, abort the others and raise a 400 naming the parameter
-        the refusal names (its request field by `fields`, {engine name: field}), else `param` (any error, a
-        disconnect included, aborts what was queued)."""
+                     fields: Optional[Mapping[str, str]] = None, lora_request: Any = None) -> List[str]:
+        """Queue every prompt (with the LoRA adapter `lora_request`, if any); when the engine refuses one, abort the
+        others and raise a 400 naming the parameter the refusal names (its request field by `fields`, {engine
+        name: field}), else `param` (any error, a disconnect included, aborts what was queued)."""
         self._fields = dict(fields or {})
         request_ids = [f"{self.base_id}-{next(self._ids)}" for _ in prompts]
         for request_id, prompt, request_params in zip(request_ids, prompts, params):
-            self.loop.add_request(request_id, prompt, request_params, self.sink)
+            self.loop.add_request(request_id, prompt, request_params, self.sink, lora_request)
         self.unfinished = list(request_ids)
         try:
             await self._answers(len(request_ids), param)
@@ -163,9 +163,11 @@ _PARAMETERS = frozenset(field.name for params in (SamplingParams, BeamSearchPara
 
 
 def _param_of(error: BaseException, default: str, fields: Mapping[str, str]) -> str:
-    """The request field behind the parameter an engine error names (by `fields`, else the same name); else
-    `default`."""
+    """The request field behind the parameter an engine error names (by `fields`, else the same name; the LoRA
+    adapter's: `model`, which named it); else `default`."""
     name = param_of(error)
+    if name == "lora_request":
+        return "model"
     if name is None or name not in _PARAMETERS:
         return default
     return fields.get(name, name)

@@ -17,7 +17,7 @@ from seq2seq_engine.entrypoints.openai.limits import MAX_PROMPTS
 from seq2seq_engine.entrypoints.openai.params import (COMPLETIONS_DEFAULT_MAX_TOKENS, check_text_size,
                                                       default_max_tokens, engine_overrides, request_fields)
 from seq2seq_engine.entrypoints.openai.protocol import CompletionRequest
-from seq2seq_engine.entrypoints.openai.state import ServerState
+from seq2seq_engine.entrypoints.openai.state import ServerState, Target
 
 
 def engine_prompts(body: CompletionRequest, state: ServerState) -> List[Any]:
@@ -52,7 +52,9 @@ def _unsupported(body: CompletionRequest) -> None:
         raise APIError("suffix is not supported", param="suffix")
 
 
-async def create_completion(body: CompletionRequest, request: Request, state: ServerState):
+async def create_completion(body: CompletionRequest, request: Request, target: Target):
+    """The completion on the model `target` names (with its LoRA adapter, if it names one)."""
+    state = target.state
     _unsupported(body)
     prompts = engine_prompts(body, state)
     max_tokens = default_max_tokens(state.engine.generation_defaults, body.max_tokens, None,
@@ -61,11 +63,11 @@ async def create_completion(body: CompletionRequest, request: Request, state: Se
     response_id = request.headers.get("x-request-id") or f"cmpl-{uuid.uuid4().hex}"
     requests = EngineRequests(state.loop, request, response_id)
     request_ids = await requests.submit(prompts, [dict(overrides) for _ in prompts],
-                                        fields=request_fields(body, chat=False))
+                                        fields=request_fields(body, chat=False), lora_request=target.lora)
     incremental = body.n == 1 and (body.best_of or 1) == 1 and not body.use_beam_search
     tracker = ChoiceTracker(request_ids, body.n, incremental)
     headers = {"X-Request-Id": response_id}
-    head = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
+    head = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": target.name}
     if body.stream:
         return stream_response(requests, tracker, head, body, lambda piece: _choice(piece, state), headers)
     async with requests:

@@ -25,6 +25,7 @@ class _Add:
     prompt: Any
     params: Any
     sink: Sink
+    lora_request: Any = None  # a LoRARequest: the adapter the request runs with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +81,10 @@ class EngineLoop:
         """Requests the loop has added and not yet finished (readable from any thread: one length read)."""
         return len(self._sinks)
 
-    def add_request(self, request_id: str, prompt: Any, params: Any, sink: Sink) -> None:
-        """The sink gets Accepted or Rejected, then each RequestOutput of the request (the last one finished)."""
-        self._inbox.put(_Add(request_id, prompt, params, sink))
+    def add_request(self, request_id: str, prompt: Any, params: Any, sink: Sink, lora_request: Any = None) -> None:
+        """The sink gets Accepted or Rejected, then each RequestOutput of the request (the last one finished);
+        `lora_request`: the LoRA adapter it runs with (None: the base model)."""
+        self._inbox.put(_Add(request_id, prompt, params, sink, lora_request))
 
     def add_job(self, job_id: str, job: Any, sink: Sink) -> None:
         """The sink gets Accepted, an InputResult per finished input, then JobDone (or Failed)."""
@@ -141,8 +143,9 @@ class EngineLoop:
 
     def _apply(self, command: Any) -> None:
         if isinstance(command, _Add):
+            adapter = {} if command.lora_request is None else {"lora_request": command.lora_request}
             try:
-                self.engine.add_request(command.request_id, command.prompt, command.params)
+                self.engine.add_request(command.request_id, command.prompt, command.params, **adapter)
             except (ValueError, TypeError) as error:  # refused (bad prompt or params): the client's error
                 command.sink.put(Rejected(command.request_id, error))
                 return

@@ -27,6 +27,10 @@ MAX_STOP_TOKEN_IDS = 1024
 MAX_BAD_WORDS = 1024  # each is tokenized twice when the request is admitted
 MAX_BAD_WORD_CHARS = 1024
 MAX_DETOKENIZE_TOKENS = 131_072  # the longest common context (128K tokens); decoded on the event loop
+# The runtime LoRA routes (/v1/load_lora_adapter, /v1/unload_lora_adapter): an adapter's name is sent back as `model`;
+# its path is a directory path (Linux paths are under 4096 bytes).
+MAX_LORA_NAME_CHARS = MAX_MODEL_CHARS
+MAX_LORA_PATH_CHARS = 4096
 
 # The audio form (/v1/audio/transcriptions and /translations). Files, fields and the part size are what the server
 # has always taken (starlette's 1 MiB part default).
@@ -113,6 +117,8 @@ LIMITS: Tuple[Limit, ...] = (
     Limit(_CHAT, "messages.N.content (parts)", MAX_CONTENT_PARTS),
     Limit(_CHAT, "messages.N.name", MAX_MESSAGE_NAME_CHARS),
     Limit("HTTP: /detokenize", "tokens", MAX_DETOKENIZE_TOKENS),
+    Limit("HTTP: /v1/load_lora_adapter", "lora_name", MAX_LORA_NAME_CHARS),
+    Limit("HTTP: /v1/load_lora_adapter", "lora_path", MAX_LORA_PATH_CHARS),
     Limit(_AUDIO, "file (decoded audio, seconds)", DEFAULT_MAX_AUDIO_SECONDS, 413, setting="--max-audio-seconds"),
     Limit(_AUDIO, "file (count)", MAX_FORM_FILES, param=_ITS_NAME),
     Limit(_AUDIO, "text fields (count)", MAX_FORM_FIELDS, param=_ITS_NAME),

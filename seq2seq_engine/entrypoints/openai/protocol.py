@@ -94,3 +94,19 @@ class TokenizeRequest(_Strict):
 class DetokenizeRequest(_Strict):
     model: Optional[StrictStr] = None
     tokens: TokenIds
+
+
+class LoadLoRAAdapterRequest(_Strict):
+    """POST /v1/load_lora_adapter (vLLM's body): serve the PEFT adapter at `lora_path` as `lora_name`, on the served
+    model `base_model_name` (None: the first one)."""
+
+    lora_name: StrictStr
+    lora_path: StrictStr
+    base_model_name: Optional[StrictStr] = None
+
+
+class UnloadLoRAAdapterRequest(_Strict):
+    """POST /v1/unload_lora_adapter (vLLM's body): the adapter by name, by id, or both."""
+
+    lora_name: Optional[StrictStr] = None
+    lora_int_id: Optional[StrictInt] = None

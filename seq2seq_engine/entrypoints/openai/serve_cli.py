@@ -1,15 +1,17 @@
 """`seq2seq-engine serve MODEL [MODEL ...] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25]
-[--max-audio-seconds 10800] [--max-realtime-sessions 64] [engine flags]`: the OpenAI-compatible HTTP server
-(endpoints: README "Serving").
+[--max-audio-seconds 10800] [--max-realtime-sessions 64] [--enable-lora --lora-modules NAME=PATH ...
+[--allow-runtime-lora-updating]] [engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving").
 Several models share one server, one address and the process's cores; requests pick theirs by `model`."""
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import Any, Dict, Tuple
 
 from seq2seq_engine.entrypoints.engine_flags import CACHE_FLAG_NAMES, add_precision_arguments
+from seq2seq_engine.entrypoints.openai.lora_registry import (RUNTIME_UPDATING_ENV, check_lora_modules, load_adapters,
+                                                             parse_lora_module, runtime_updating_allowed)
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -51,13 +53,41 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     engine.add_argument("--max-logprobs", type=int, default=20)
     engine.add_argument("--enable-chunked-prefill", action="store_true")
     engine.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
+    _add_lora_arguments(parser, engine)
     return parser
+
+
+def _lora_module(text: str) -> Any:
+    try:
+        return parse_lora_module(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _add_lora_arguments(parser: argparse.ArgumentParser, flags: Any) -> None:
+    """vLLM's LoRA flags: the engine's (--enable-lora, --max-loras, ...) and the adapters the server serves."""
+    flags.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters on the models")
+    flags.add_argument("--max-loras", type=int, default=1, help="adapters one engine step may mix (default 1)")
+    flags.add_argument("--max-lora-rank", type=int, default=16,
+                       help="highest adapter rank: 8, 16, 32, 64, 128 or 256 (default 16)")
+    flags.add_argument("--max-cpu-loras", type=int, default=None,
+                       help="adapters kept read in host memory (default: --max-loras)")
+    group = parser.add_argument_group("LoRA adapters")
+    group.add_argument("--lora-modules", nargs="+", type=_lora_module, default=[], metavar="NAME=PATH",
+                       help="PEFT adapter directories served as models named NAME, on the first MODEL, or as JSON "
+                            '\'{"name": ..., "path": ..., "base_model_name": ...}\' on the model named; needs '
+                            "--enable-lora")
+    group.add_argument("--allow-runtime-lora-updating", action="store_true",
+                       help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (also: "
+                            f"{RUNTIME_UPDATING_ENV[0]}=true or {RUNTIME_UPDATING_ENV[1]}=true); reads any adapter "
+                            "directory this process can read: for trusted clients only")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     names = ("dtype", "quantization", "kv_cache_dtype", "device", "seed", "block_size", "kv_cache_space_gb",
              "swap_space_gb", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs",
-             "enable_chunked_prefill", "preemption_mode", "enforce_eager") + CACHE_FLAG_NAMES
+             "enable_chunked_prefill", "preemption_mode", "enforce_eager", "enable_lora", "max_loras",
+             "max_lora_rank", "max_cpu_loras") + CACHE_FLAG_NAMES
     return {name: getattr(args, name) for name in names}
 
 
@@ -72,24 +102,35 @@ def served_names(args: argparse.Namespace) -> list:
     return list(names)
 
 
-def run(args: argparse.Namespace) -> int:
+def build(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Any]:
+    """(engines by served name, ServerSettings, LoRARegistry) of parsed flags: every engine built and every
+    --lora-modules adapter read into its base model's engine; ValueError, TypeError or FileNotFoundError naming
+    what is wrong."""
     from seq2seq_engine.engine.arg_utils import EngineArgs
     from seq2seq_engine.engine.llm_engine import LLMEngine
-    from seq2seq_engine.entrypoints.openai.server import serve
     from seq2seq_engine.entrypoints.openai.state import ServerSettings
+
+    names = served_names(args)
+    modules = check_lora_modules(args.lora_modules, names, args.enable_lora)  # before any model is loaded
+    settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
+                              args.max_audio_seconds, args.max_realtime_sessions,
+                              runtime_updating_allowed(args.allow_runtime_lora_updating))
+    engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
+               for name, model in zip(names, args.model)}
+    return engines, settings, load_adapters(engines, modules)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seq2seq_engine.entrypoints.openai.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        names = served_names(args)
-        settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
-                                  args.max_audio_seconds, args.max_realtime_sessions)
-        engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
-                   for name, model in zip(names, args.model)}
+        engines, settings, loras = build(args)
     except (ValueError, TypeError, FileNotFoundError) as error:
         sys.stderr.write(f"seq2seq-engine serve: error: {error}\n")
         return EXIT_USAGE
     try:
-        serve(engines, settings)
+        serve(engines, settings, loras)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, once the server has stopped
         pass
     return EXIT_OK

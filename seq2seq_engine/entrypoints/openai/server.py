@@ -10,7 +10,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 import uvicorn
@@ -19,6 +19,7 @@ from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.app import build_app
 from seq2seq_engine.entrypoints.openai.core_share import CoreShare
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
+from seq2seq_engine.entrypoints.openai.lora_registry import LoRARegistry
 from seq2seq_engine.entrypoints.openai.metrics import MetricFamilies, ServerMetrics
 from seq2seq_engine.entrypoints.openai.realtime.protocol import MAX_MESSAGE_BYTES
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerSettings, ServerState
@@ -26,15 +27,16 @@ from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerSettings
 logger = logging.getLogger(__name__)
 
 
-def make_models(engines: Mapping[str, EnginePort], settings: ServerSettings) -> ServedModels:
+def make_models(engines: Mapping[str, EnginePort], settings: ServerSettings,
+                loras: Optional[LoRARegistry] = None) -> ServedModels:
     """A ServerState per (served name, engine), with one metrics registry and the process's threads shared by
-    their loops."""
+    their loops; `loras`: the LoRA adapters read into the engines at start-up (lora_registry.load_adapters)."""
     families, cores = MetricFamilies(), CoreShare(torch.get_num_threads())
     states = []
     for model_name, engine in engines.items():
         metrics = ServerMetrics(model_name, families)
         states.append(ServerState(EngineLoop(engine, metrics, cores), metrics, model_name, settings))
-    return ServedModels(tuple(states), settings)
+    return ServedModels(tuple(states), settings, loras if loras is not None else LoRARegistry())
 
 
 def _start_loops(models: ServedModels) -> None:
@@ -67,10 +69,10 @@ def _uvicorn_server(models: ServedModels) -> uvicorn.Server:
     return _Server(config, models)
 
 
-def serve(engines: Mapping[str, EnginePort], settings: ServerSettings) -> None:
-    """Serve {served name: engine} until SIGINT/SIGTERM (uvicorn's handlers end the serve loop); then the engine
-    loops abort what is left."""
-    models = make_models(engines, settings)
+def serve(engines: Mapping[str, EnginePort], settings: ServerSettings, loras: Optional[LoRARegistry] = None) -> None:
+    """Serve {served name: engine} (and the LoRA adapters `loras`) until SIGINT/SIGTERM (uvicorn's handlers end the
+    serve loop); then the engine loops abort what is left."""
+    models = make_models(engines, settings, loras)
     server = _uvicorn_server(models)
     _start_loops(models)
     # uvicorn handles SIGINT/SIGTERM (stop accepting, let running responses finish for up to 5 s), then raises the
@@ -109,15 +111,16 @@ class RunningServer:
         _stop_loops(self.models, timeout)
 
 
-def start_in_thread(engines: Mapping[str, EnginePort], settings: ServerSettings, timeout: float = 60) -> RunningServer:
-    """Serve {served name: engine}: bind (port 0: a free port), start the engine loops and uvicorn on a thread,
-    and wait until it accepts."""
+def start_in_thread(engines: Mapping[str, EnginePort], settings: ServerSettings, timeout: float = 60,
+                    loras: Optional[LoRARegistry] = None) -> RunningServer:
+    """Serve {served name: engine} (and the LoRA adapters `loras`): bind (port 0: a free port), start the engine
+    loops and uvicorn on a thread, and wait until it accepts."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     port = sock.getsockname()[1]
     settings = dataclasses.replace(settings, port=port)
-    models = make_models(engines, settings)
+    models = make_models(engines, settings, loras)
     server = _uvicorn_server(models)
     _start_loops(models)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), name="uvicorn",

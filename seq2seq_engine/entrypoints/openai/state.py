@@ -1,4 +1,4 @@
-"""What the handlers share: the engine loop, the metrics, the served model's facts and the server's limits."""
+"""What the handlers share: the engine loop, the metrics, the served model's facts, its LoRA adapters and the limits."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,9 @@ from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.entrypoints.openai.engine_loop import EngineLoop
 from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.interim_budget import InterimBudget
+from seq2seq_engine.entrypoints.openai.lora_registry import LoRARegistry
 from seq2seq_engine.entrypoints.openai.metrics import ServerMetrics
+from seq2seq_engine.lora_request import LoRARequest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +24,7 @@ class ServerSettings:
     max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own audio upload limit
     max_audio_seconds: float = 3 * 3600.0  # of decoded audio per upload (decisions §73); inf: none
     max_realtime_sessions: int = 64  # open /v1/realtime sockets, all models together
+    allow_runtime_lora_updating: bool = False  # POST /v1/load_lora_adapter and /v1/unload_lora_adapter
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -75,12 +78,26 @@ class ServerState:
 
 
 @dataclasses.dataclass(frozen=True)
+class Target:
+    """What a request's `model` names: a served model, or a LoRA adapter (`lora`) on one; `name` is echoed back."""
+
+    state: ServerState
+    lora: Optional[LoRARequest] = None
+
+    @property
+    def name(self) -> str:
+        return self.lora.lora_name if self.lora is not None else self.state.model_name
+
+
+@dataclasses.dataclass(frozen=True)
 class ServedModels:
-    """Every model one server serves (one ServerState each, in command-line order) and the server's limits;
-    requests find their model by the name they send."""
+    """Every model one server serves (one ServerState each, in command-line order), its LoRA adapters (`loras`,
+    changed at run time by the runtime routes) and the server's limits; requests find their model by the name they
+    send."""
 
     states: Tuple[ServerState, ...]
     settings: ServerSettings
+    loras: LoRARegistry = dataclasses.field(default_factory=LoRARegistry)
 
     def __post_init__(self) -> None:
         names = [state.model_name for state in self.states]
@@ -98,14 +115,32 @@ class ServedModels:
         return all(state.loop.alive for state in self.states)
 
     def resolve(self, name: Optional[str]) -> ServerState:
-        """The model a request names (the only one when it names none); 404 model_not_found otherwise."""
+        """The model a request names (an adapter's: its base model; the only one when it names none); 404
+        model_not_found otherwise."""
+        return self.target(name).state
+
+    def target(self, name: Optional[str]) -> Target:
+        """The model or adapter a request names (the only model when it names none); 404 model_not_found
+        otherwise."""
         if name is None and len(self.states) == 1:
-            return self.states[0]
+            return Target(self.states[0])
         if name is None:
             raise APIError(f"model is required: this server serves {list(self.names)}", param="model")
         for state in self.states:
             if state.model_name == name:
-                return state
+                return Target(state)
+        adapter = self.loras.adapters.get(name)
+        if adapter is not None:
+            return Target(self.base(adapter.base), adapter.request)
         served = repr(self.names[0]) if len(self.states) == 1 else str(list(self.names))
+        if self.loras.adapters:
+            served += f" and the LoRA adapters {sorted(self.loras.adapters)}"
         raise APIError(f"the model {name!r} does not exist; this server serves {served}", 404, param="model",
                        code="model_not_found")
+
+    def base(self, name: str) -> ServerState:
+        """The served model of that name (not an adapter's); KeyError otherwise."""
+        for state in self.states:
+            if state.model_name == name:
+                return state
+        raise KeyError(name)

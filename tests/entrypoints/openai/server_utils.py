@@ -27,9 +27,9 @@ def running_server(engine: LLMEngine, model_name: str, **settings: Any) -> Itera
 
 
 @contextlib.contextmanager
-def running_models(engines: Dict[str, LLMEngine], **settings: Any) -> Iterator[RunningServer]:
-    """One server for several models ({served name: engine})."""
-    server = start_in_thread(engines, ServerSettings(host="127.0.0.1", port=0, **settings))
+def running_models(engines: Dict[str, LLMEngine], loras: Any = None, **settings: Any) -> Iterator[RunningServer]:
+    """One server for several models ({served name: engine}) and the LoRA adapters `loras` (a LoRARegistry)."""
+    server = start_in_thread(engines, ServerSettings(host="127.0.0.1", port=0, **settings), loras=loras)
     try:
         yield server
     finally:

@@ -16,8 +16,9 @@ from seq2seq_engine.entrypoints.openai.realtime.protocol import (ClientEvent, Re
                                                                  decode_audio, error_event, live_event_json, new_id,
                                                                  parse_event, server_event)
 from seq2seq_engine.entrypoints.openai.sink import Accepted, Failed, Rejected, Sink
-from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
+from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState, Target
 from seq2seq_engine.errors import param_of
+from seq2seq_engine.lora_request import LoRARequest
 from seq2seq_engine.transcription.live import events as live
 from seq2seq_engine.transcription.live.audio_buffer import AudioBacklog
 from seq2seq_engine.transcription.live.pcm import Pcm16Stream
@@ -37,11 +38,13 @@ class CloseSocket(Exception):
 
 @dataclasses.dataclass
 class _Live:
-    """A LiveSession with the state (engine loop) its decodes run on and the audio stream that feeds it."""
+    """A LiveSession with the state (engine loop) its decodes run on, the audio stream that feeds it and the LoRA
+    adapter its decodes run with (None: the base model)."""
 
     session: Any
     state: ServerState
     stream: Pcm16Stream
+    lora: Optional[LoRARequest] = None
 
 
 class RealtimeTranscription:
@@ -50,14 +53,15 @@ class RealtimeTranscription:
     cost milliseconds) under one lock, so events go out in the order the session emits them."""
 
     def __init__(self, models: ServedModels, state: ServerState, send: Send, make_session: SessionFactory,
-                 max_buffered_s: float) -> None:
+                 max_buffered_s: float, lora: Optional[LoRARequest] = None) -> None:
         self.models, self.send, self.make_session = models, send, make_session
         self.max_buffered_s = max_buffered_s
         self.id = new_id("sess")
-        self.config = SessionConfig(model=state.model_name)
+        self._target = Target(state, lora)  # the model (or LoRA adapter) of the session's configuration
+        self.config = SessionConfig(model=self._target.name)
         self.sink = Sink()
         self.live: Optional[_Live] = None
-        self._state = state
+        self._release = models.loras.hold(lora)  # the adapter stays loaded while the socket uses it
         self._owners: Dict[str, _Live] = {}  # request id -> the session that asked for it (older ones included)
         self._lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set whenever a decode of the socket finishes
@@ -65,7 +69,7 @@ class RealtimeTranscription:
 
     # ---------------------------------------------------------------- client side
     async def start(self) -> None:
-        session = session_json(self.config, self.id, self._state.model_name)
+        session = session_json(self.config, self.id, self._target.name)
         await self.send(server_event("session.created", session=session))
 
     async def handle(self, message: Any) -> None:
@@ -101,39 +105,42 @@ class RealtimeTranscription:
 
     async def _update(self, event: ClientEvent) -> None:
         config = apply_update(self.config, event)
-        state = self._state_for(config, event)
+        target = self._target_for(config, event)
         if self.live is None or dataclasses.replace(config, rate=0) != dataclasses.replace(self.config, rate=0):
             # A new transcription: audio not committed yet is dropped; decodes in flight still complete.
-            self.live = await self._build(config, state, event.event_id)
+            self.live = await self._build(config, target, event.event_id)
         elif config.rate != self.config.rate:
             self.live.stream = Pcm16Stream(config.rate)
-        self.config, self._state = config, state
-        session = session_json(self.config, self.id, state.model_name)
+        if target.lora != self._target.lora:
+            self._release()
+            self._release = self.models.loras.hold(target.lora)
+        self.config, self._target = config, target
+        session = session_json(self.config, self.id, target.name)
         await self.send(server_event("session.updated", session=session))
 
-    def _state_for(self, config: SessionConfig, event: ClientEvent) -> ServerState:
+    def _target_for(self, config: SessionConfig, event: ClientEvent) -> Target:
         param = "session.audio.input.transcription.model"
         try:
-            state = self.models.resolve(config.model)
+            target = self.models.target(config.model)
         except APIError as error:
             raise RealtimeError(error.message, error.code or "invalid_value", param, event.event_id) from None
-        if not state.takes_audio:
-            raise RealtimeError(f"the model {state.model_name!r} takes no audio (it is not a Whisper model)",
+        if not target.state.takes_audio:
+            raise RealtimeError(f"the model {target.name!r} takes no audio (it is not a Whisper model)",
                                 "model_not_supported", param, event.event_id, close_code=1008)
-        return state
+        return target
 
-    async def _build(self, config: SessionConfig, state: ServerState, event_id: Optional[str]) -> _Live:
+    async def _build(self, config: SessionConfig, target: Target, event_id: Optional[str]) -> _Live:
         session_id = f"{self.id}-{next(self._generation)}"
         try:
-            session = await run_in_threadpool(self.make_session, state, config, session_id)
+            session = await run_in_threadpool(self.make_session, target.state, config, session_id)
         except ValueError as error:
             raise RealtimeError(str(error), "invalid_value", _session_field(error), event_id) from None
-        return _Live(session, state, Pcm16Stream(config.rate))
+        return _Live(session, target.state, Pcm16Stream(config.rate), target.lora)
 
     async def _live(self, event_id: Optional[str]) -> _Live:
         """The current session, built with the configuration so far when audio comes before any session.update."""
         if self.live is None:
-            self.live = await self._build(self.config, self._state, event_id)
+            self.live = await self._build(self.config, self._target, event_id)
         return self.live
 
     async def _append(self, event: ClientEvent) -> None:
@@ -165,7 +172,7 @@ class RealtimeTranscription:
             owner.state.loop.abort(*stale)
         for request in requests:
             self._owners[request.request_id] = owner
-            owner.state.loop.add_request(request.request_id, request.prompt, request.params, self.sink)
+            owner.state.loop.add_request(request.request_id, request.prompt, request.params, self.sink, owner.lora)
 
     async def pump(self) -> None:
         """Feed the session each finished decode, until cancelled."""
@@ -204,7 +211,9 @@ class RealtimeTranscription:
             await self.send(live_event_json(event))
 
     def close(self) -> None:
-        """Abort every decode still running (their self and cross blocks go back to the pool)."""
+        """Abort every decode still running (their self and cross blocks go back to the pool); the session's LoRA
+        adapter may be unloaded from now on."""
+        self._release()
         by_loop: Dict[int, Tuple[Any, List[str]]] = {}
         for request_id, owner in self._owners.items():
             by_loop.setdefault(id(owner.state.loop), (owner.state.loop, []))[1].append(request_id)

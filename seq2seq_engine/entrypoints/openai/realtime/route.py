@@ -16,7 +16,7 @@ from seq2seq_engine.entrypoints.openai.errors import APIError
 from seq2seq_engine.entrypoints.openai.realtime.handler import CloseSocket, RealtimeTranscription, SessionFactory
 from seq2seq_engine.entrypoints.openai.realtime.protocol import RealtimeError, error_event
 from seq2seq_engine.entrypoints.openai.realtime.sessions import LiveSessions
-from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
+from seq2seq_engine.entrypoints.openai.state import ServedModels, Target
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +40,17 @@ def add_realtime_route(app: FastAPI, models: ServedModels, make_session: Optiona
     @app.websocket("/v1/realtime")
     async def realtime(socket: WebSocket) -> None:
         await socket.accept()
-        state = await _admit(socket, models, admission)
-        if state is None:
+        target = await _admit(socket, models, admission)
+        if target is None:
             return
         admission.open += 1
-        state.metrics.realtime_opened()
+        target.state.metrics.realtime_opened()
         try:
-            await _serve(socket, RealtimeTranscription(models, state, _sender(socket), factory, buffered))
+            await _serve(socket, RealtimeTranscription(models, target.state, _sender(socket), factory, buffered,
+                                                       target.lora))
         finally:
             admission.open -= 1
-            state.metrics.realtime_closed()
+            target.state.metrics.realtime_closed()
 
 
 def _sender(socket: WebSocket):
@@ -63,8 +64,9 @@ async def _refuse(socket: WebSocket, error: RealtimeError, code: int) -> None:
     await socket.close(code)
 
 
-async def _admit(socket: WebSocket, models: ServedModels, admission: _Admission) -> Optional[ServerState]:
-    """The model a new socket transcribes with, or None once it was refused (an error event, then close)."""
+async def _admit(socket: WebSocket, models: ServedModels, admission: _Admission) -> Optional[Target]:
+    """The model (or LoRA adapter) a new socket transcribes with, or None once it was refused (an error event, then
+    close)."""
     intent = socket.query_params.get("intent")
     if intent != "transcription":
         await _refuse(socket, RealtimeError(f"this server runs transcription sessions only: connect to "
@@ -79,15 +81,15 @@ async def _admit(socket: WebSocket, models: ServedModels, admission: _Admission)
     name = socket.query_params.get("model")
     audio = [state for state in models.states if state.takes_audio]
     try:
-        state = models.resolve(name) if name is not None else (audio[0] if audio else models.states[0])
+        target = models.target(name) if name is not None else Target(audio[0] if audio else models.states[0])
     except APIError as error:
         await _refuse(socket, RealtimeError(error.message, error.code or "invalid_value", "model"), POLICY)
         return None
-    if not state.takes_audio:
-        await _refuse(socket, RealtimeError(f"the model {state.model_name!r} takes no audio (it is not a Whisper "
+    if not target.state.takes_audio:
+        await _refuse(socket, RealtimeError(f"the model {target.name!r} takes no audio (it is not a Whisper "
                                             "model)", "model_not_supported", "model"), POLICY)
         return None
-    return state
+    return target
 
 
 async def _serve(socket: WebSocket, handler: RealtimeTranscription) -> None:
