@@ -57,6 +57,8 @@ def cpu_kernel_table(platform: Platform) -> List[Tuple[str, str]]:
         ("KV cache writes", _native_or_torch("cache_write_cpu", "native row copy", "torch index_copy_")),
         ("norms, rotary, gated activations", _native_or_torch("fused_ops_cpu", "native fused", "torch")),
         ("greedy sampling", _native_or_torch("greedy_cpu", "native argmax + logsumexp", "torch")),
+        ("LoRA shrink/expand (float32)", _native_or_torch("lora_cpu", "native tiles, rows of an adapter together",
+                                                          "torch, one matmul per adapter")),
     ]
 
 

@@ -1,4 +1,4 @@
-"""`seq2seq-engine env`: the machine, the library versions and the kernel table, for a bug report."""
+"""`seq2seq-engine env`: the machine, the library versions, the kernel table and the families, for a bug report."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +37,13 @@ def _environment() -> List[Tuple[str, str]]:
     return rows or [("(none set)", "")]
 
 
+def _families() -> List[Tuple[str, str]]:
+    """Each architecture the engine loads, and whether it serves LoRA adapters (`enable_lora`)."""
+    from seq2seq_engine.models.registry import load_model_class, supported_architectures
+    return [(name, "LoRA adapters" if getattr(load_model_class(name), "supports_lora", False) else "no LoRA")
+            for name in supported_architectures()]
+
+
 def _section(title: str, rows: List[Tuple[str, str]]) -> str:
     width = max(len(key) for key, _ in rows)
     return "\n".join([f"## {title}", *(f"{key:<{width}}  {value}" for key, value in rows), ""])
@@ -52,7 +59,8 @@ def report(device: str = "cpu") -> str:
     machine = [*platform.describe().items(), ("torch threads", str(torch.get_num_threads())),
                ("torch cpu capability", torch.backends.cpu.get_cpu_capability())]
     return "\n".join([_section(f"platform: {platform.name}", machine), _section("versions", _versions()),
-                      _section("environment", _environment()), _section("kernels", kernel_table(platform))])
+                      _section("environment", _environment()), _section("kernels", kernel_table(platform)),
+                      _section("model families", _families())])
 
 
 def run(args: argparse.Namespace) -> int:

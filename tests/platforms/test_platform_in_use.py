@@ -95,6 +95,10 @@ def test_env_prints_machine_versions_environment_and_kernels():
         assert section in out
     assert f"torch           {torch.__version__}" in out
     assert "float32 linear, decode step" in out and "int8 linear" in out and "paged decode attention" in out
+    assert "LoRA shrink/expand (float32)" in out
+    families = dict(line.split(None, 1) for line in out.split("## model families\n")[1].strip().splitlines())
+    assert families["WhisperForConditionalGeneration"] == "LoRA adapters" and families["OPTForCausalLM"] == "no LoRA"
+    assert sum(value == "LoRA adapters" for value in families.values()) == 10
 
 
 def test_env_under_an_avx2_cap_reports_the_avx2_paths():
