@@ -45,7 +45,7 @@ fi
 TRANSCRIPTION=(tests/transcription/test_*.py)
 LIVE=(tests/transcription/test_live_*.py)
 SHARED=(tests/benchmarks tests/models tests/kernels tests/engine tests/sampling tests/core tests/attention tests/worker
-        tests/inputs tests/tokenization tests/model_loader tests/platforms tests/docs)
+        tests/inputs tests/tokenization tests/model_loader tests/platforms tests/docs tests/lora)
 for file in "${TRANSCRIPTION[@]}"; do
     [[ " ${LIVE[*]} " == *" $file "* ]] || SHARED+=("$file")
 done
