@@ -7,10 +7,9 @@ import json
 import os
 
 import pytest
-import transformers
 from conftest import require_model, require_speech_clips
 from hf_reference import build_tiny_model
-from lora.lora_reference import save_random_adapter
+from lora.lora_reference import save_random_adapter, whisper_adapter
 
 from seq2seq_engine import LLM, LoRARequest
 from seq2seq_engine.entrypoints import transcribe_cli
@@ -65,10 +64,7 @@ def test_a_bad_adapter_is_a_usage_error(llama, tmp_path, capsys, case):
 @pytest.fixture(scope="module")
 def whisper(tmp_path_factory):
     model_dir = require_model("whisper-tiny.en")
-    hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
-    path, _ = save_random_adapter(hf_model, tmp_path_factory.mktemp("lora_cli_whisper") / "w", 8,
-                                  ["q_proj", "v_proj", "fc1"], seed=31, b_scale=0.3)
-    return model_dir, path
+    return model_dir, whisper_adapter(model_dir, tmp_path_factory.mktemp("lora_cli_whisper") / "w")
 
 
 def test_transcribe_runs_every_window_with_the_adapter(whisper, capsys, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import transformers
 from conftest import require_model
 from hf_reference import build_tiny_model, hf_greedy
-from lora.lora_reference import save_random_adapter
+from lora.lora_reference import save_random_adapter, whisper_adapter
 from realtime_utils import chunks, clip_path, connect, pcm16, recv_until, send, speech, transcription_update
 from server_utils import running_models, wait_until_idle
 
@@ -48,10 +48,7 @@ def llama(tmp_path_factory, spm_tokenizer):
 @pytest.fixture(scope="module")
 def whisper(tmp_path_factory):
     model_dir = require_model("whisper-tiny.en")
-    hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
-    path, _ = save_random_adapter(hf_model, tmp_path_factory.mktemp("lora_whisper") / "w", 8,
-                                  ["q_proj", "v_proj", "fc1"], seed=31, b_scale=0.3)
-    return model_dir, path
+    return model_dir, whisper_adapter(model_dir, tmp_path_factory.mktemp("lora_whisper") / "w")
 
 
 def _serve_args(argv):
