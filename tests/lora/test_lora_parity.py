@@ -1,4 +1,4 @@
-"""LoRA adapters against HF PEFT on random-initialised checkpoints: a batch mixing several adapters and the base
+"""LoRA adapters against HF PEFT on random-initialised checkpoints: a batch mixing four adapters and the base
 model gives each request PeftModel's greedy tokens (float32, logprobs within 1e-4), for every family."""
 import pytest
 import torch
@@ -28,6 +28,11 @@ ADAPTERS = {
 SEQ2SEQ_TARGETS = [(8, ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"], False),
                    (16, r".*encoder_attn\.(k_proj|v_proj|q_proj)", True), (4, ["fc2", "v_proj"], False)]
 ADAPTERS.update({name: SEQ2SEQ_TARGETS for name in ("mbart", "marian", "m2m100", "pegasus")})
+# a fourth adapter in every family: rank 8 on every linear its layers have
+ALL_LINEARS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+               "t5": ["q", "k", "v", "o", "wi", "wo"], "flan-t5": ["q", "k", "v", "o", "wi_0", "wi_1", "wo"]}
+ADAPTERS = {name: specs + [(8, ALL_LINEARS.get(name, ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]), False)]
+            for name, specs in ADAPTERS.items()}
 # B scaled so an adapter moves the tokens of a tiny random model; T5's (initializer_factor 1.5) less, so that its
 # activations stay where float32 rounding keeps logprobs within 1e-4 of float64 (as HF's own stay)
 B_SCALE = {"t5": 1.5, "flan-t5": 1.5}
@@ -103,10 +108,10 @@ def _assert_same(output, reference):
 def test_mixed_adapter_batch_matches_peft(family):
     arch, model_dir, hf_model, adapters = family
     cases = _prompts(arch, hf_model.config, torch.Generator().manual_seed(5))
-    # request i runs with adapter i % 4 (3: the base model), so one batch mixes three adapters and the base
-    choices = [adapters[i % 4] if i % 4 < len(adapters) else None for i in range(len(cases))]
+    # request i runs with adapter i % 5 (4: the base model), so one batch mixes four adapters and the base
+    choices = [adapters[i % 5] if i % 5 < len(adapters) else None for i in range(len(cases))]
     llm = LLM(model_dir, skip_tokenizer_init=True, dtype="float32", block_size=4, kv_cache_space_gb=0.05,
-              enable_lora=True, max_loras=3, max_lora_rank=16)
+              enable_lora=True, max_loras=4, max_lora_rank=16)
     params = SamplingParams(temperature=0.0, max_tokens=NUM_TOKENS, ignore_eos=True, logprobs=0)
     outputs = llm.generate([case[0] for case in cases], params, use_tqdm=False,
                            lora_request=[choice[0] if choice else None for choice in choices])
