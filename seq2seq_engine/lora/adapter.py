@@ -39,16 +39,10 @@ class ModuleLoRA:
 
 @dataclasses.dataclass
 class PeftAdapter:
-    """A read adapter: its directory, settings and the LoRA of each adapted HF module."""
+    """A read adapter: its directory and the LoRA of each adapted HF module."""
 
     path: str
-    rank: int
     modules: Dict[str, ModuleLoRA]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(m.a.numel() * m.a.element_size() + m.b.numel() * m.b.element_size()
-                   for m in self.modules.values())
 
 
 def read_peft_adapter(path: str, max_rank: int) -> PeftAdapter:
@@ -71,7 +65,7 @@ def read_peft_adapter(path: str, max_rank: int) -> PeftAdapter:
         modules[module] = ModuleLoRA(a.float(), b.float(), scaling)
     if not modules:
         raise LoRAAdapterError(f"adapter {path}: {WEIGHTS_FILE} holds no lora_A/lora_B tensors")
-    return PeftAdapter(path, max(m.rank for m in modules.values()), modules)
+    return PeftAdapter(path, modules)
 
 
 def _read_config(path: str) -> Mapping[str, Any]:
