@@ -2,6 +2,7 @@
 not use (xformers and torch._dynamo run only with the CUDA backend; transformers only once a config or tokenizer is
 read; the server, Ray and the audio decoders only when used)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -31,3 +32,30 @@ def test_llm_import_stays_below_the_engine():
     assert "seq2seq_engine.engine.llm_engine" in loaded
     assert "seq2seq_engine.attention.backends.torch_backend" in loaded
     assert not any(name.startswith("seq2seq_engine.transcription") for name in loaded)
+
+
+def test_cli_transcription_of_a_ct2_directory_imports_no_transformers(tmp_path):
+    """A CTranslate2 Whisper directory is converted (into an empty cache), configured, tokenized and transcribed
+    (word timestamps, srt) by the command line without transformers: the config from config.json, the tokenizer on
+    `tokenizers`, the mel filters and language table held by the package."""
+    from benchmarks.lib.clips import sample_dir
+    from benchmarks.lib.whisper_engines import ct2_model_dir
+
+    ct2_dir = ct2_model_dir("whisper-tiny.en")
+    clip, modules = f"{sample_dir()}/en/counting.wav", tmp_path / "modules.json"
+    code = ("import json, sys; from seq2seq_engine.entrypoints import cli; "
+            f"status = cli.main(['transcribe', {clip!r}, '--model', {ct2_dir!r}, '--word-timestamps', "
+            "'--output-format', 'srt', '--quiet']); "
+            f"json.dump(sorted(sys.modules), open({str(modules)!r}, 'w')); sys.exit(status)")
+    from seq2seq_engine.cache_dir import cache_root
+
+    (tmp_path / "cache").mkdir()
+    if os.path.isdir(os.path.join(cache_root(), "kernels")):   # the native kernels built already: not rebuilt
+        (tmp_path / "cache" / "kernels").symlink_to(os.path.join(cache_root(), "kernels"))
+    env = {**os.environ, "SEQ2SEQ_ENGINE_CACHE": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "00:00:00,000 -->" in run.stdout and "nine, ten" in run.stdout.lower(), run.stdout   # the srt cues
+    loaded = json.loads(modules.read_text())
+    assert not [name for name in loaded if name == "transformers" or name.startswith("transformers.")]
+    assert "seq2seq_engine.tokenization.whisper_tokenizer" in loaded

@@ -17,16 +17,39 @@ CHUNK_LENGTH = 30
 N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000
 CPU_MICRO_BATCH = 2  # items per torch.stft call on CPU (cache-bound beyond that)
+# Slaney's mel scale: 1 kHz is mel 15; above it 27 mels per log(6.4).
+_LOG_HERTZ, _LOG_MEL, _LOG_STEP, _HERTZ_STEP = 1000.0, 15.0, 27.0 / np.log(6.4), np.log(6.4) / 27.0
 
 AudioLike = Union[np.ndarray, torch.Tensor]
 
 
+def _hertz_to_mel(hertz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale: linear below 1 kHz, logarithmic above."""
+    mels = 3.0 * hertz / 200.0
+    above = hertz >= _LOG_HERTZ
+    mels[above] = _LOG_MEL + np.log(hertz[above] / _LOG_HERTZ) * _LOG_STEP
+    return mels
+
+
+def _mel_to_hertz(mels: np.ndarray) -> np.ndarray:
+    hertz = 200.0 * mels / 3.0
+    above = mels >= _LOG_MEL
+    hertz[above] = _LOG_HERTZ * np.exp(_HERTZ_STEP * (mels[above] - _LOG_MEL))
+    return hertz
+
+
 @functools.lru_cache(maxsize=16)
 def _mel_filters(n_mels: int, n_fft: int, sample_rate: int, fmin: float, fmax: float) -> np.ndarray:
-    """Cached read-only filterbank from ``transformers.audio_utils.mel_filter_bank``."""
-    from transformers.audio_utils import mel_filter_bank as hf_mel_filter_bank
-
-    fb = hf_mel_filter_bank(1 + n_fft // 2, n_mels, fmin, fmax, sample_rate, norm="slaney", mel_scale="slaney")
+    """Cached read-only triangular filterbank, Slaney scale and area norm, as transformers' and librosa's."""
+    edges = _mel_to_hertz(np.linspace(_hertz_to_mel(np.array([fmin]))[0], _hertz_to_mel(np.array([fmax]))[0],
+                                      n_mels + 2))
+    fft_freqs = np.linspace(0, sample_rate // 2, 1 + n_fft // 2)
+    widths = np.diff(edges)
+    slopes = edges[None, :] - fft_freqs[:, None]
+    falling = -slopes[:, :-2] / widths[:-1]
+    rising = slopes[:, 2:] / widths[1:]
+    fb = np.maximum(np.zeros(1), np.minimum(falling, rising))
+    fb *= (2.0 / (edges[2:n_mels + 2] - edges[:n_mels]))[None, :]
     fb.flags.writeable = False
     return fb
 
@@ -36,7 +59,7 @@ def mel_filter_bank(
 ) -> np.ndarray:
     """Slaney-scale, Slaney(area)-normalised triangular mel filters, float64 ``[n_fft // 2 + 1, n_mels]``.
 
-    ``transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney")``, called as
+    Equal to ``transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney")``, called as
     ``WhisperFeatureExtractor`` calls it; cached per (n_mels, n_fft, sample_rate, fmin, fmax) and
     returned as a fresh writable copy.
     """

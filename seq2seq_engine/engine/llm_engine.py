@@ -25,6 +25,7 @@ from seq2seq_engine.generation_defaults import GenerationDefaults
 from seq2seq_engine.logger import configure_package_logger
 from seq2seq_engine.lora.manager import LoRAManager
 from seq2seq_engine.lora_request import LoRARequest, as_lora_request
+from seq2seq_engine.model_loader.config_file import load_config
 from seq2seq_engine.model_loader.loader import load_model
 from seq2seq_engine.model_loader.resolver import resolve_model_path
 from seq2seq_engine.models.kernel_table import startup_line
@@ -97,15 +98,13 @@ class LLMEngine(EnginePortMethods):
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> "LLMEngine":
-        from transformers import AutoConfig
-
         # Only a directory needs config.json here; a .gguf file or a short name goes on to the resolver.
         if os.path.isdir(args.model) and not os.path.isfile(os.path.join(args.model, "config.json")):
             raise FileNotFoundError(f"model {args.model!r} is not a model directory (no config.json there)")
         # A CTranslate2 directory, a llama GGUF file or a short name ("whisper-base", "smollm2-135m") resolves to a
         # converted HF directory.
         model_dir = resolve_model_path(args.model)
-        hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        hf_config = load_config(model_dir)
         weight_dtype = torch_dtype(args.dtype)
         args = _with_compute_dtype(args)
         config = args.create_engine_config(hf_config)

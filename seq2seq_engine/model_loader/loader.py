@@ -10,6 +10,7 @@ import torch
 from torch.nn import init
 from torch.overrides import TorchFunctionMode
 
+from seq2seq_engine.model_loader.config_file import load_config
 from seq2seq_engine.models.registry import resolve_model_class
 
 SAFETENSORS = "model.safetensors"
@@ -61,17 +62,6 @@ def iterate_weights(model_dir: str) -> Iterator[Tuple[str, torch.Tensor]]:
                 state = torch.load(path, map_location="cpu", weights_only=True)
             yield from state.items()
             del state
-
-
-def load_config(model_dir: Union[str, os.PathLike]):
-    import transformers
-
-    model_dir = os.fspath(model_dir)
-    if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
-    if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        raise FileNotFoundError(f"no config.json in model directory {model_dir!r}")
-    return transformers.AutoConfig.from_pretrained(model_dir, local_files_only=True)
 
 
 def load_model(model_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32,

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from seq2seq_engine.engine_port import EnginePort
 from seq2seq_engine.errors import ParameterError
+from seq2seq_engine.transcription.language_table import LANGUAGES, TO_LANGUAGE_CODE
 
 SOT, EOT, NO_TIMESTAMPS = "<|startoftranscript|>", "<|endoftext|>", "<|notimestamps|>"
 TRANSCRIBE, TRANSLATE, START_OF_PREV = "<|transcribe|>", "<|translate|>", "<|startofprev|>"
@@ -36,12 +37,8 @@ DEFAULT_MAX_NEW_TOKENS = 224
 
 
 def _language_names() -> Tuple[Dict[str, str], Dict[str, str]]:
-    """(code -> English name, name or alias -> code), from transformers' Whisper tables when importable."""
-    try:
-        from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
-        return dict(LANGUAGES), dict(TO_LANGUAGE_CODE)
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return {}, {}
+    """(code -> English name, name or alias -> code): Whisper's tables, held by the package."""
+    return dict(LANGUAGES), dict(TO_LANGUAGE_CODE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,6 +101,29 @@ def test_generation_and_preprocessor_configs(converted):
             extractor.chunk_length) == (12, 16000, 400, 160, 30)
 
 
+def test_configs_written_without_transformers_read_as_transformers_wrote_them(hf_model, converted):
+    """config.json and preprocessor_config.json are written as plain JSON: transformers reads back the config its
+    own WhisperConfig / WhisperFeatureExtractor would have saved."""
+    _, hf_dir = converted
+    dims = {key: getattr(hf_model.config, key) for key in (
+        "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+        "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "num_mel_bins", "max_source_positions",
+        "max_target_positions", "activation_function")}
+    expected = transformers.WhisperConfig(
+        **dims, architectures=["WhisperForConditionalGeneration"], decoder_start_token_id=257, bos_token_id=256,
+        eos_token_id=256, pad_token_id=256, suppress_tokens=CT2_CONFIG["suppress_ids"],
+        begin_suppress_tokens=CT2_CONFIG["suppress_ids_begin"], tie_word_embeddings=True, scale_embedding=False)
+    read = transformers.AutoConfig.from_pretrained(hf_dir).to_dict()
+    skipped = ("transformers_version", "dtype", "_name_or_path")
+    assert {k: v for k, v in read.items() if k not in skipped} == {
+        k: v for k, v in expected.to_dict().items() if k not in skipped}
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(hf_dir).to_dict()
+    reference = transformers.WhisperFeatureExtractor(feature_size=12, sampling_rate=16000, hop_length=160,
+                                                     chunk_length=30, n_fft=400).to_dict()
+    assert {k: v for k, v in extractor.items() if k != "mel_filters"} == {
+        k: v for k, v in reference.items() if k != "mel_filters"}
+
+
 def test_tokenizer_fixes_on_synthetic_vocabulary(converted):
     _, hf_dir = converted
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)

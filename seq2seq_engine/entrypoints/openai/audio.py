@@ -18,6 +18,7 @@ from seq2seq_engine.entrypoints.openai.event_stream import EventStreamResponse, 
 from seq2seq_engine.entrypoints.openai.sink import InputProgress, InputResult
 from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState, Target
 from seq2seq_engine.transcription.job import TranscriptionJob
+from seq2seq_engine.transcription.language_table import LANGUAGES
 from seq2seq_engine.transcription.options import TranscriptionOptions
 from seq2seq_engine.transcription.output.results import FailureKind, TranscriptionResult, render
 
@@ -141,7 +142,6 @@ def _usage(result: TranscriptionResult) -> Dict[str, Any]:
 
 
 def _language_name(code: str) -> str:
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
     return LANGUAGES.get(code, code)
 
 

@@ -58,6 +58,27 @@ def _generation_config(ct2_dir: str, ct2_config: dict, vocab, ids: dict, dims: d
     return generation
 
 
+def _config_json(dims: dict, ids: dict, suppress: list, begin_suppress: list, dtype: torch.dtype) -> dict:
+    """config.json: what transformers' WhisperConfig holds beyond its defaults (the engine reads it without
+    transformers: model_loader/config_file.py)."""
+    return dict(architectures=["WhisperForConditionalGeneration"], model_type="whisper", is_encoder_decoder=True,
+                **dims, decoder_start_token_id=ids["sot"], bos_token_id=ids["eot"], eos_token_id=ids["eot"],
+                pad_token_id=ids["eot"], suppress_tokens=suppress, begin_suppress_tokens=begin_suppress,
+                dtype=str(dtype).replace("torch.", ""))
+
+
+def _feature_extractor_json(num_mel_bins: int) -> dict:
+    """preprocessor_config.json: transformers' WhisperFeatureExtractor for 30 s windows of 16 kHz audio."""
+    return dict(feature_extractor_type="WhisperFeatureExtractor", feature_size=num_mel_bins, sampling_rate=16000,
+                hop_length=160, chunk_length=30, n_fft=400, n_samples=480000, nb_max_frames=3000, padding_side="right",
+                padding_value=0.0, return_attention_mask=False, dither=0.0)
+
+
+def _write_json(out_dir: str, name: str, content: dict) -> None:
+    with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+        json.dump(content, f, indent=2)
+
+
 def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.float32,
                       model_files: Optional[Sequence[str]] = None) -> str:
     """Convert the CTranslate2 Whisper directory `ct2_dir` into the HF directory `out_dir`; returns out_dir.
@@ -65,7 +86,6 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     model_files: the model.bin (or its parts, read as one concatenated file) when not in `ct2_dir` itself;
     by default model_bin_files(ct2_dir).
     """
-    import transformers
     from safetensors.torch import save_file
 
     ct2_dir, out_dir = os.fspath(ct2_dir), os.fspath(out_dir)
@@ -84,20 +104,10 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     suppress = [int(i) for i in ct2_config.get("suppress_ids", [])]
     begin_suppress = [int(i) for i in ct2_config.get("suppress_ids_begin", [])]
-    config = transformers.WhisperConfig(
-        **dims, architectures=["WhisperForConditionalGeneration"], decoder_start_token_id=ids["sot"],
-        bos_token_id=ids["eot"], eos_token_id=ids["eot"], pad_token_id=ids["eot"], suppress_tokens=suppress,
-        begin_suppress_tokens=begin_suppress)
-    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    setattr(config, dtype_key, str(dtype).replace("torch.", ""))
-    config.save_pretrained(out_dir)
-
+    _write_json(out_dir, "config.json", _config_json(dims, ids, suppress, begin_suppress, dtype))
     generation = _generation_config(ct2_dir, ct2_config, vocab, ids, dims, suppress, begin_suppress)
-    with open(os.path.join(out_dir, "generation_config.json"), "w", encoding="utf-8") as f:
-        json.dump(generation, f, indent=2)
-
-    transformers.WhisperFeatureExtractor(feature_size=dims["num_mel_bins"], sampling_rate=16000, hop_length=160,
-                                         chunk_length=30, n_fft=400).save_pretrained(out_dir)
+    _write_json(out_dir, "generation_config.json", generation)
+    _write_json(out_dir, "preprocessor_config.json", _feature_extractor_json(dims["num_mel_bins"]))
     write_fixed_tokenizer(ct2_dir, out_dir, dims["vocab_size"], model_max_length=dims["max_target_positions"])
     with open(os.path.join(out_dir, "ct2_source.json"), "w", encoding="utf-8") as f:
         json.dump({"ct2_dir": os.path.abspath(ct2_dir), "model_files": [os.path.abspath(p) for p in files],

@@ -65,7 +65,7 @@ def language_tokens(vocab: Dict[str, int]) -> Dict[str, int]:
 
 def write_fixed_tokenizer(ct2_dir: str, out_dir: str, vocab_size: int, model_max_length: int = 448) -> bool:
     """Write the fixed tokenizer.json + tokenizer_config.json into out_dir; False (and a warning) if the CT2
-    directory has no tokenizer.json. Checks the result with transformers' AutoTokenizer."""
+    directory has no tokenizer.json. Checks the result (check_fixed_tokenizer)."""
     path = os.path.join(ct2_dir, TOKENIZER_JSON)
     if not os.path.isfile(path):
         logger.warning("%s has no %s: the converted model has no tokenizer (use skip_tokenizer_init=True)",
@@ -100,23 +100,22 @@ def write_fixed_tokenizer(ct2_dir: str, out_dir: str, vocab_size: int, model_max
     return True
 
 
-def check_fixed_tokenizer(hf_dir: str, notimestamps: Optional[int] = None, vocab_size: Optional[int] = None):
-    """Load hf_dir's tokenizer and check the fixes took; returns the tokenizer. Raises ValueError if not."""
-    from transformers import AutoTokenizer
+def check_fixed_tokenizer(hf_dir: str, notimestamps: int, vocab_size: Optional[int] = None) -> None:
+    """Check the fixes took in hf_dir's tokenizer.json (read by `tokenizers`); ValueError naming what did not."""
+    from tokenizers import Tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-    if notimestamps is None:
-        notimestamps = tokenizer.convert_tokens_to_ids(NO_TIMESTAMPS)
-    first, last = tokenizer.convert_tokens_to_ids([timestamp_token(0), timestamp_token(NUM_TIMESTAMPS - 1)])
+    tokenizer = Tokenizer.from_file(os.path.join(hf_dir, TOKENIZER_JSON))
+    first, last = (tokenizer.token_to_id(timestamp_token(index)) for index in (0, NUM_TIMESTAMPS - 1))
     problems = []
     if (first, last) != (notimestamps + 1, notimestamps + NUM_TIMESTAMPS):
         problems.append(f"timestamp ids {first}..{last}, expected {notimestamps + 1}..{notimestamps + NUM_TIMESTAMPS}")
-    if tokenizer.all_special_ids[-1] + 1 != notimestamps + 1:
-        problems.append(f"the last special id is {tokenizer.all_special_ids[-1]}, not <|notimestamps|> {notimestamps}")
-    if tokenizer.convert_ids_to_tokens(notimestamps + 1) != timestamp_token(0):
-        problems.append(f"id {notimestamps + 1} is {tokenizer.convert_ids_to_tokens(notimestamps + 1)!r}")
-    if vocab_size is not None and len(tokenizer) > vocab_size:
-        problems.append(f"the tokenizer has {len(tokenizer)} tokens, the model's vocabulary only {vocab_size}")
+    special = [index for index, token in tokenizer.get_added_tokens_decoder().items() if token.special]
+    if max(special, default=None) != notimestamps:
+        problems.append(f"the last special id is {max(special, default=None)}, not <|notimestamps|> {notimestamps}")
+    if tokenizer.id_to_token(notimestamps + 1) != timestamp_token(0):
+        problems.append(f"id {notimestamps + 1} is {tokenizer.id_to_token(notimestamps + 1)!r}")
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if vocab_size is not None and size > vocab_size:
+        problems.append(f"the tokenizer has {size} tokens, the model's vocabulary only {vocab_size}")
     if problems:
         raise ValueError(f"the fixed Whisper tokenizer in {hf_dir} is wrong: " + "; ".join(problems))
-    return tokenizer
