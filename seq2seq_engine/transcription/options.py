@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 from seq2seq_engine.audio.vad import VadOptions
 from seq2seq_engine.errors import ParameterError
 from seq2seq_engine.lora_request import LoRARequest
+from seq2seq_engine.transcription.option_aliases import resolve_aliases
 from seq2seq_engine.transcription.prompts import TASKS
 
 # openai-whisper's and faster-whisper's default fallback temperatures.
@@ -80,6 +81,7 @@ class TranscriptionOptions:
     `hallucination_silence_threshold` (seconds; openai-whisper's rule: a segment whose words look hallucinated,
     with silence longer than this on both sides, is dropped; it times the words even without word_timestamps:
     hallucination.py).
+    `from_kwargs` also takes faster-whisper's and openai-whisper's names of the fields (option_aliases.py).
     """
 
     language: Optional[str] = None
@@ -124,6 +126,12 @@ class TranscriptionOptions:
         self._check_decoding()
         self._check_thresholds()
         self._check_text()
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "TranscriptionOptions":
+        """The options of keyword arguments named as the fields or as faster-whisper / openai-whisper name them
+        (`beam_size=5`, `logprob_threshold=-1.0`, `without_timestamps=False`; option_aliases.py)."""
+        return resolve_options(None, kwargs)
 
     @property
     def temperatures(self) -> Tuple[float, ...]:
@@ -199,14 +207,12 @@ def with_default_beam(options: TranscriptionOptions, max_beam_width: int) -> Tra
 
 
 def resolve_options(options: Optional[TranscriptionOptions], overrides: Dict[str, Any]) -> TranscriptionOptions:
-    """`options` (default: TranscriptionOptions()) with the keyword overrides applied; unknown names are a
-    TypeError listing the known ones."""
+    """`options` (default: TranscriptionOptions()) with the keyword overrides applied, each named as its field or
+    as faster-whisper / openai-whisper name it (option_aliases.py). An unknown name is a TypeError naming the
+    closest valid one; an alias and its field with different values a ParameterError naming both."""
     if options is not None and not isinstance(options, TranscriptionOptions):
         raise TypeError(f"options must be a TranscriptionOptions, got {type(options).__name__}")
-    known = {field.name for field in dataclasses.fields(TranscriptionOptions)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(f"unknown transcription option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    overrides = resolve_aliases(overrides, field_names())
     base = options or TranscriptionOptions()
     return dataclasses.replace(base, **overrides) if overrides else base
 

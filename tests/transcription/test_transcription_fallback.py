@@ -120,8 +120,9 @@ def test_options_defaults_and_normalisation():
     resolved = resolve_options(None, {"temperature": 0.0, "language": "en"})
     assert resolved == TranscriptionOptions(temperature=0.0, language="en")
     assert resolve_options(options, {}) is options
-    with pytest.raises(TypeError, match="unknown transcription option.*beam_size.*known: .*beam_width"):
-        resolve_options(None, {"beam_size": 5})
+    with pytest.raises(TypeError, match="unknown transcription option 'beam_sise'; did you mean 'beam_size'"):
+        resolve_options(None, {"beam_sise": 5})
+    assert resolve_options(None, {"beam_size": 5}) == TranscriptionOptions(beam_width=5)   # faster-whisper's name
 
 
 @pytest.mark.parametrize("field, value, message", [

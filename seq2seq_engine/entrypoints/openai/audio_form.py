@@ -1,7 +1,7 @@
 """The multipart form of /v1/audio/transcriptions and /translations: OpenAI's fields (file, model, language, prompt,
-temperature, response_format, timestamp_granularities[]), any TranscriptionOptions field as an extra field, and the
-srt/vtt cue fields (SubtitleOptions: max_line_width, max_line_count, max_words_per_line, highlight_words), each
-within its bound (limits.py)."""
+temperature, response_format, timestamp_granularities[]), any TranscriptionOptions field as an extra field (or
+faster-whisper's / openai-whisper's name of it: option_aliases.py), and the srt/vtt cue fields (SubtitleOptions:
+max_line_width, max_line_count, max_words_per_line, highlight_words), each within its bound (limits.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +22,8 @@ from seq2seq_engine.entrypoints.openai.limits import (MAX_AUDIO_PROMPT_CHARS, MA
                                                       MAX_VAD_PARAMETERS_CHARS, MAX_VOCABULARY_IDS)
 from seq2seq_engine.errors import param_of
 from seq2seq_engine.sampling_params import INT64_MAX
-from seq2seq_engine.transcription.options import TranscriptionOptions
+from seq2seq_engine.transcription.option_aliases import ALIASES, option_name, resolve_aliases, unknown_message
+from seq2seq_engine.transcription.options import TranscriptionOptions, field_names
 from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -33,7 +34,6 @@ _INTS = ("max_new_tokens", "beam_width", "best_of", "seed")
 _OPTIONAL_FLOATS = ("compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold",
                     "prompt_reset_on_temperature", "hallucination_silence_threshold")
 _TEXTS = ("prefix", "hotwords", "clip_timestamps", "suppress_tokens")
-_ALIASES = {"beam_size": "beam_width"}  # faster-whisper's name
 # The form field of each TranscriptionOptions field whose name differs (the others: the same name), and the fields
 # the endpoint or the server sets (a refusal naming one of them names no form field).
 _FORM_FIELDS = {"initial_prompt": "prompt", "lora_request": "model"}
@@ -42,6 +42,12 @@ _SUBTITLE_INTS = ("max_line_width", "max_line_count", "max_words_per_line")
 _SUBTITLE_FIELDS = _SUBTITLE_INTS + ("highlight_words",)
 # Set by the endpoint or the server itself, never by a form field.
 _RESERVED = ("task", "timestamps", "use_tqdm", "max_in_flight", "initial_prompt")
+# The fields of OpenAI's transcription form; the others set TranscriptionOptions fields (or their aliases).
+_OPENAI_FIELDS = ("file", "model", "response_format", "timestamp_granularities[]", "timestamp_granularities",
+                  "language", "prompt", "temperature", "stream")
+# faster-whisper's / openai-whisper's names of the extra fields (option_aliases.py); those of reserved fields are
+# refused as the fields are.
+_FORM_ALIASES = tuple(name for name, alias in ALIASES.items() if alias.option not in _RESERVED + _SET_BY_SERVER)
 # Each text field's bound below the part size: (limit, unit); "characters" counts the text, the rest its
 # comma-separated items.
 _FIELD_BOUNDS = {"model": (MAX_MODEL_CHARS, "characters"), "language": (MAX_LANGUAGE_CHARS, "characters"),
@@ -150,9 +156,8 @@ def _extra_field(name: str, text: str) -> Any:
             return json.loads(text)
         except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the interpreter's stack
             raise APIError("vad_parameters must be a JSON object", param=name) from None
-    known = sorted(_BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + tuple(_ALIASES)
-                   + _SUBTITLE_FIELDS)
-    raise APIError(f"unknown field {name!r}; the extra fields are: {', '.join(known)}", param=name)
+    known = _BOOLS + _INTS + _OPTIONAL_FLOATS + _TEXTS + ("vad_parameters",) + _FORM_ALIASES + _SUBTITLE_FIELDS
+    raise APIError(unknown_message(name, known + _OPENAI_FIELDS, kind="field", hint=False), param=name)
 
 
 def _single(form: FormData, name: str) -> Optional[str]:
@@ -213,8 +218,6 @@ def _options(form: FormData, task: str, response_format: str, granularities: Lis
     fields: Dict[str, Any] = {"task": task, "use_tqdm": False,
                               "timestamps": subtitled or response_format == "verbose_json" or bool(granularities),
                               "word_timestamps": "word" in granularities or (subtitled and subtitles.highlight_words)}
-    openai_fields = {"file", "model", "response_format", "timestamp_granularities[]", "timestamp_granularities",
-                     "language", "prompt", "temperature", "stream"} | set(_SUBTITLE_FIELDS)
     language, prompt, temperature = (_single(form, name) for name in ("language", "prompt", "temperature"))
     if language:
         fields["language"] = language
@@ -222,12 +225,13 @@ def _options(form: FormData, task: str, response_format: str, granularities: Lis
         fields["initial_prompt"] = prompt
     if temperature is not None:
         fields["temperature"] = temperature  # "0" or "0,0.2,0.4": TranscriptionOptions parses both
-    for name in {key for key in form.keys() if key not in openai_fields}:
-        if name in _RESERVED:
+    extras: Dict[str, Any] = {}
+    for name in sorted({key for key in form.keys() if key not in _OPENAI_FIELDS + _SUBTITLE_FIELDS}):
+        if option_name(name) in _RESERVED:
             raise APIError(f"{name} is set by the endpoint and response_format, not by a field", param=name)
-        value = _single(form, name)
-        fields[_ALIASES.get(name, name)] = _extra_field(_ALIASES.get(name, name), value)
+        extras[name] = _extra_field(option_name(name), _single(form, name))  # a bad value names the option's field
     try:
+        fields.update(resolve_aliases(extras, field_names()))  # beam_size and beam_width both: the same value
         return TranscriptionOptions(**fields)
     except (ValueError, TypeError) as error:
         raise APIError(str(error), param=options_param(error)) from None
