@@ -59,3 +59,16 @@ def test_cli_transcription_of_a_ct2_directory_imports_no_transformers(tmp_path):
     loaded = json.loads(modules.read_text())
     assert not [name for name in loaded if name == "transformers" or name.startswith("transformers.")]
     assert "seq2seq_engine.tokenization.whisper_tokenizer" in loaded
+
+
+def test_console_script_imports_without_collections_and_freezes_the_imported_heap():
+    """`seq2seq-engine` (entrypoints/console.py) imports torch and the engine with the collector off (no collection
+    walks the half-built heap), leaves it on, and has moved the imported objects to the permanent generation."""
+    code = ("import gc, json, sys; runs = []; gc.callbacks.append(lambda phase, info: runs.append(info)); "
+            "from seq2seq_engine.entrypoints import console; runs.clear(); cli = console.import_command_line(); "
+            "print(json.dumps([len(runs), gc.isenabled(), gc.get_freeze_count(), 'torch' in sys.modules, "
+            "callable(cli.main)]))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    collections, enabled, frozen, torch_loaded, has_main = json.loads(out.splitlines()[-1])
+    assert torch_loaded and has_main and enabled and collections == 0
+    assert frozen > 100_000, frozen
