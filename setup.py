@@ -12,5 +12,7 @@ MAPPED_PACKAGES = [
 setup(
     packages=ENGINE_PACKAGES + MAPPED_PACKAGES,
     package_dir={"": ".", **MAPPED},
-    package_data={"seq2seq_engine.kernels": ["csrc/*.c", "csrc/*.h"]},
+    package_data={"seq2seq_engine.kernels": ["csrc/*.c", "csrc/*.h"],
+                  # the browser page `seq2seq-engine serve` serves at / (entrypoints/openai/web_ui.py)
+                  "seq2seq_engine.entrypoints.openai": ["ui/*.html", "ui/*.js", "ui/*.css"]},
 )

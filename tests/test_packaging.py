@@ -1,4 +1,5 @@
-"""Packaging: the wheel maps kernels/ and models/ into seq2seq_engine, every subpackage imports, the demo runs."""
+"""Packaging: the wheel maps kernels/ and models/ into seq2seq_engine and ships the browser page's files, every
+subpackage imports, the demo runs."""
 import importlib
 import os
 import re
@@ -35,6 +36,10 @@ def test_wheel_maps_kernels_and_models_into_the_package(tmp_path):
                      "seq2seq_engine/kernels/csrc/paged_attention_cpu.c",   # a native kernel's source
                      "seq2seq_engine/kernels/csrc/tile_activation.h"):      # and the header two of them include
         assert expected in names
+    ui = Path("seq2seq_engine", "entrypoints", "openai", "ui")
+    assert {"index.html", "app.js", "style.css"} <= {path.name for path in (REPO / ui).iterdir()}
+    for path in (REPO / ui).iterdir():  # the page `seq2seq-engine serve` serves at /
+        assert (ui / path.name).as_posix() in names
     top_level = {name.split("/", 1)[0] for name in names}
     assert "kernels" not in top_level and "models" not in top_level
     assert not {"tests", "examples", "docs", "benchmarks"} & top_level

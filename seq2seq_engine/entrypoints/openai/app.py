@@ -1,4 +1,4 @@
-"""The FastAPI application: routes, error handlers and middleware over the served models (ServedModels)."""
+"""The FastAPI application: routes, error handlers, middleware and the browser page over the served models."""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
@@ -15,7 +15,8 @@ from seq2seq_engine.entrypoints.openai.params import check_model_name, check_sam
 from seq2seq_engine.entrypoints.openai.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                                         TokenizeRequest)
 from seq2seq_engine.entrypoints.openai.realtime.route import add_realtime_route
-from seq2seq_engine.entrypoints.openai.state import ServedModels
+from seq2seq_engine.entrypoints.openai.state import ServedModels, ServerState
+from seq2seq_engine.entrypoints.openai.web_ui import PAGE_PATHS, PAGE_PREFIXES, add_ui_routes
 
 
 def build_app(models: ServedModels) -> FastAPI:
@@ -23,14 +24,23 @@ def build_app(models: ServedModels) -> FastAPI:
     app.state.server = models
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=models.settings.max_upload_bytes)
-    app.add_middleware(ApiKeyMiddleware, api_key=models.settings.api_key)
+    ui = models.settings.ui
+    app.add_middleware(ApiKeyMiddleware, api_key=models.settings.api_key, page_paths=PAGE_PATHS if ui else (),
+                       page_prefixes=PAGE_PREFIXES if ui else ())
     _info_routes(app, models)
     _token_routes(app, models)
     _generation_routes(app, models)
     add_realtime_route(app, models)
     if models.settings.allow_runtime_lora_updating:
         add_lora_routes(app, models)
+    if ui:
+        add_ui_routes(app)
     return app
+
+
+def _kind(state: ServerState) -> str:
+    """A model card's `kind`: "audio" for a Whisper model (the audio endpoints, realtime), "text" otherwise."""
+    return "audio" if state.takes_audio else "text"
 
 
 def _info_routes(app: FastAPI, models: ServedModels) -> None:
@@ -47,13 +57,16 @@ def _info_routes(app: FastAPI, models: ServedModels) -> None:
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
         """The served models, then their LoRA adapters (vLLM's cards: `parent` is an adapter's base model, `root`
-        the directory it was read from)."""
+        the directory it was read from; `kind`, this server's own: "audio" or "text", its base model's for an
+        adapter)."""
         cards = [{"id": state.model_name, "object": "model", "created": state.created, "owned_by": "seq2seq-engine",
-                  "root": state.model_config.model, "parent": None, "max_model_len": state.model_config.max_model_len}
+                  "root": state.model_config.model, "parent": None, "max_model_len": state.model_config.max_model_len,
+                  "kind": _kind(state)}
                  for state in models.states]
         cards += [{"id": adapter.name, "object": "model", "created": adapter.created, "owned_by": "seq2seq-engine",
                    "root": adapter.request.lora_path, "parent": adapter.base,
-                   "max_model_len": models.base(adapter.base).model_config.max_model_len}
+                   "max_model_len": models.base(adapter.base).model_config.max_model_len,
+                   "kind": _kind(models.base(adapter.base))}
                   for adapter in models.loras.adapters.values()]
         return JSONResponse({"object": "list", "data": cards})
 

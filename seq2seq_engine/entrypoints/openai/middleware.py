@@ -1,9 +1,9 @@
-"""ASGI middleware of the server: the API key on every route but /health and /metrics (401) and the request-body size
-limit (413), answered with OpenAI-style error bodies."""
+"""ASGI middleware of the server: the API key on every route but /health, /metrics and the browser page (401) and
+the request-body size limit (413), answered with OpenAI-style error bodies."""
 from __future__ import annotations
 
 import hmac
-from typing import Optional
+from typing import Collection, Optional, Tuple
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -12,23 +12,42 @@ from seq2seq_engine.entrypoints.openai.errors import error_response
 
 # Probes and scrapers reach these without the key; they reveal no request content.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
+# A browser cannot set headers on a WebSocket: it sends the key as this subprotocol (OpenAI's browser clients do).
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
 
 class ApiKeyMiddleware:
     """With a key, every request but GET /health and /metrics needs `Authorization: Bearer KEY` (401 otherwise),
-    unknown paths included, so a new route is guarded without being listed anywhere."""
+    unknown paths included, so a new route is guarded without being listed anywhere. `page_paths` and the paths
+    under `page_prefixes` (the browser page and its files, which hold no data) are open to GET and HEAD too. A
+    WebSocket may instead offer the subprotocol `openai-insecure-api-key.KEY`."""
 
-    def __init__(self, app: ASGIApp, api_key: Optional[str]) -> None:
+    def __init__(self, app: ASGIApp, api_key: Optional[str], page_paths: Collection[str] = (),
+                 page_prefixes: Tuple[str, ...] = ()) -> None:
         self.app, self.api_key = app, api_key
+        self.page_paths, self.page_prefixes = frozenset(page_paths), tuple(page_prefixes)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.api_key is None or scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
+    def _open(self, scope: Scope) -> bool:
+        path = scope["path"]
+        if path in OPEN_PATHS:
+            return True
+        return scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and (
+            path in self.page_paths or path.startswith(self.page_prefixes))
+
+    def _authorized(self, scope: Scope) -> bool:
         headers = dict(scope.get("headers") or [])
         given = headers.get(b"authorization", b"").decode("latin-1")
-        expected = f"Bearer {self.api_key}"
-        if hmac.compare_digest(given.encode(), expected.encode()):
+        if hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+            return True
+        expected = f"{KEY_SUBPROTOCOL}{self.api_key}".encode()
+        offered = (scope.get("subprotocols") or []) if scope["type"] == "websocket" else []
+        return any(hmac.compare_digest(protocol.encode(), expected) for protocol in offered)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.api_key is None or scope["type"] not in ("http", "websocket") or self._open(scope):
+            await self.app(scope, receive, send)
+            return
+        if self._authorized(scope):
             await self.app(scope, receive, send)
         elif scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})

@@ -1,7 +1,8 @@
 """`seq2seq-engine serve MODEL [MODEL ...] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-upload-mb 25]
-[--max-audio-seconds 10800] [--max-realtime-sessions 64] [--enable-lora --lora-modules NAME=PATH ...
-[--allow-runtime-lora-updating]] [engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving").
-Several models share one server, one address and the process's cores; requests pick theirs by `model`."""
+[--max-audio-seconds 10800] [--max-realtime-sessions 64] [--no-ui] [--enable-lora --lora-modules NAME=PATH ...
+[--allow-runtime-lora-updating]] [engine flags]`: the OpenAI-compatible HTTP server (endpoints: README "Serving")
+and its browser page at /. Several models share one server, one address and the process's cores; requests pick
+theirs by `model`."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--max-realtime-sessions", type=int, default=64,
                         help="most /v1/realtime transcription sessions open at once, all models together (default "
                              "64); one more gets an error event and is closed (1013: try again later)")
+    parser.add_argument("--no-ui", dest="ui", action="store_false",
+                        help="do not serve the browser page at / (then / is a 404 like any unknown path)")
     engine = parser.add_argument_group("engine")
     add_precision_arguments(engine)
     engine.add_argument("--seed", type=int, default=0)
@@ -102,19 +105,25 @@ def served_names(args: argparse.Namespace) -> list:
     return list(names)
 
 
+def server_settings(args: argparse.Namespace) -> Any:
+    """The ServerSettings of parsed flags; ValueError for a value out of range."""
+    from seq2seq_engine.entrypoints.openai.state import ServerSettings
+
+    return ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
+                          args.max_audio_seconds, args.max_realtime_sessions,
+                          runtime_updating_allowed(args.allow_runtime_lora_updating), ui=args.ui)
+
+
 def build(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Any]:
     """(engines by served name, ServerSettings, LoRARegistry) of parsed flags: every engine built and every
     --lora-modules adapter read into its base model's engine; ValueError, TypeError or FileNotFoundError naming
     what is wrong."""
     from seq2seq_engine.engine.arg_utils import EngineArgs
     from seq2seq_engine.engine.llm_engine import LLMEngine
-    from seq2seq_engine.entrypoints.openai.state import ServerSettings
 
     names = served_names(args)
     modules = check_lora_modules(args.lora_modules, names, args.enable_lora)  # before any model is loaded
-    settings = ServerSettings(args.host, args.port, args.api_key, int(args.max_upload_mb * 1024 * 1024),
-                              args.max_audio_seconds, args.max_realtime_sessions,
-                              runtime_updating_allowed(args.allow_runtime_lora_updating))
+    settings = server_settings(args)
     engines = {name: LLMEngine.from_engine_args(EngineArgs(model=model, **engine_kwargs(args)))
                for name, model in zip(names, args.model)}
     return engines, settings, load_adapters(engines, modules)

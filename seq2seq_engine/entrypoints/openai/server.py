@@ -79,8 +79,8 @@ def serve(engines: Mapping[str, EnginePort], settings: ServerSettings, loras: Op
     # signal again once its own handlers are gone: SIGTERM then ends here as SystemExit, so the loop stops cleanly.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        logger.warning("serving %s on http://%s:%d (OpenAI API under /v1; Ctrl-C stops)",
-                       ", ".join(models.names), settings.host, settings.port)
+        logger.warning("serving %s on http://%s:%d (OpenAI API under /v1%s; Ctrl-C stops)", ", ".join(models.names),
+                       settings.host, settings.port, ", the browser page at /" if settings.ui else "")
         server.run()
     finally:
         _stop_loops(models, timeout=30)

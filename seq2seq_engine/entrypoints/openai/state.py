@@ -25,6 +25,7 @@ class ServerSettings:
     max_audio_seconds: float = 3 * 3600.0  # of decoded audio per upload (decisions §73); inf: none
     max_realtime_sessions: int = 64  # open /v1/realtime sockets, all models together
     allow_runtime_lora_updating: bool = False  # POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+    ui: bool = True  # the browser page at / (web_ui.py); --no-ui turns it off
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -21,6 +21,9 @@ from seq2seq_engine.entrypoints.openai.state import ServedModels, Target
 logger = logging.getLogger(__name__)
 
 POLICY, TRY_AGAIN_LATER, INTERNAL = 1008, 1013, 1011  # WebSocket close codes (RFC 6455 §7.4.1)
+# The subprotocol answered to clients that offer it (OpenAI's browser clients offer it beside the key's,
+# middleware.KEY_SUBPROTOCOL; a browser drops a socket whose answer names none of the offered ones).
+SUBPROTOCOL = "realtime"
 
 
 class _Admission:
@@ -39,7 +42,7 @@ def add_realtime_route(app: FastAPI, models: ServedModels, make_session: Optiona
 
     @app.websocket("/v1/realtime")
     async def realtime(socket: WebSocket) -> None:
-        await socket.accept()
+        await socket.accept(SUBPROTOCOL if SUBPROTOCOL in socket.scope.get("subprotocols", ()) else None)
         target = await _admit(socket, models, admission)
         if target is None:
             return
