@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from seq2seq_engine.engine.arg_utils import EngineArgs
 from seq2seq_engine.engine.llm_engine import LLMEngine
@@ -14,6 +14,23 @@ from seq2seq_engine.entrypoints.openai.state import ServerSettings
 API_KEY = "test-key"
 # Small pools keep the tests light (the house settings for real-model tests).
 SMALL_POOLS = dict(kv_cache_space_gb=0.3, swap_space_gb=0.01)
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def tiny_chat_llama(root: Any, spm_tokenizer: Any) -> Tuple[str, Any]:
+    """(directory, HF model): a random tiny Llama with the sentencepiece tokenizer and a plain chat template."""
+    import transformers
+    from hf_reference import build_tiny_model
+
+    model_dir, hf_model = build_tiny_model("llama", root, vocab_size=len(spm_tokenizer))
+    spm_tokenizer.save_pretrained(model_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(model_dir)
+    return model_dir, hf_model
 
 
 def build_engine(model_dir: str, **kwargs: Any) -> LLMEngine:

@@ -10,12 +10,11 @@ import time
 
 import httpx
 import pytest
-import transformers
 from conftest import require_model
-from hf_reference import build_tiny_model, hf_greedy
+from hf_reference import hf_greedy
 from lora.lora_reference import save_random_adapter, whisper_adapter
 from realtime_utils import chunks, clip_path, connect, pcm16, recv_until, send, speech, transcription_update
-from server_utils import running_models, wait_until_idle
+from server_utils import running_models, tiny_chat_llama, wait_until_idle
 
 from seq2seq_engine import LLM, LoRARequest
 from seq2seq_engine.entrypoints.openai import serve_cli
@@ -25,8 +24,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = ["the quick brown fox", "hello world"]
 CHAT = [{"role": "user", "content": "the lazy dog"}]
-TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant:{% endif %}")
 GREEDY = {"max_tokens": 8, "temperature": 0.0}
 IDS = {"a": 1, "b": 2, "c": 3}  # the reference engine's ids (the server gives its own)
 
@@ -35,11 +32,7 @@ IDS = {"a": 1, "b": 2, "c": 3}  # the reference engine's ids (the server gives i
 def llama(tmp_path_factory, spm_tokenizer):
     """(model dir with a tokenizer and a chat template, {name: (adapter dir, PeftModel)}) for adapters a, b, c."""
     root = tmp_path_factory.mktemp("lora_server")
-    model_dir, hf_model = build_tiny_model("llama", root, vocab_size=len(spm_tokenizer))
-    spm_tokenizer.save_pretrained(model_dir)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(model_dir)
+    model_dir, hf_model = tiny_chat_llama(root, spm_tokenizer)
     adapters = {name: save_random_adapter(hf_model, root / name, 8, ["q_proj", "v_proj", "down_proj"], seed=40 + i,
                                           b_scale=4.0) for i, name in enumerate(IDS)}
     return model_dir, adapters

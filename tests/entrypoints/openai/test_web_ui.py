@@ -5,12 +5,10 @@ import re
 
 import httpx
 import pytest
-import transformers
 from browser_utils import chromium, microphone_wav, missing_browser
 from conftest import require_model
-from hf_reference import build_tiny_model
 from realtime_utils import clip_path
-from server_utils import API_KEY, running_models
+from server_utils import API_KEY, running_models, tiny_chat_llama
 from starlette.testclient import TestClient
 
 from seq2seq_engine.entrypoints.openai import serve_cli
@@ -22,8 +20,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 WHISPER, TEXT = "whisper-tiny.en", "tiny-llama"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant:{% endif %}")
 TIMEOUT_MS = 60_000
 NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
@@ -36,11 +32,7 @@ def _args(*argv):
 def server(tmp_path_factory, spm_tokenizer, one_thread):
     """`serve whisper-tiny.en <tiny Llama>` with an API key, built by the serve command's own code."""
     root = tmp_path_factory.mktemp("web_ui")
-    llama_dir, _ = build_tiny_model("llama", root, vocab_size=len(spm_tokenizer))
-    spm_tokenizer.save_pretrained(llama_dir)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(llama_dir)
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(llama_dir)
+    llama_dir, _ = tiny_chat_llama(root, spm_tokenizer)
     args = _args(require_model(WHISPER), llama_dir, "--served-model-name", WHISPER, TEXT, "--api-key", API_KEY,
                  "--kv-cache-space-gb", "0.3", "--swap-space-gb", "0.01", "--max-num-seqs", "8")
     engines, settings, _ = serve_cli.build(args)
