@@ -56,6 +56,25 @@ UNSUPPORTED: Dict[str, Tuple[str, str]] = {
 }
 
 
+# Their options at the value that means what this engine does (their defaults, mostly): accepted and dropped, so a
+# call written for them with its defaults spelt out runs here; any other value is refused as UNSUPPORTED.
+NEUTRAL: Dict[str, Tuple[Any, ...]] = {
+    "patience": (None, 1.0),               # beam search keeps beam_width finished hypotheses
+    "length_penalty": (None, 1.0),         # ranked by sum of logprobs / length
+    "repetition_penalty": (1.0,),
+    "no_repeat_ngram_size": (0,),
+    "multilingual": (False,),              # the language is detected once per input
+    "chunk_length": (None, 30),            # 30 s windows
+    "language_detection_segments": (1,),   # detection on the first window
+    "carry_initial_prompt": (False,),
+}
+
+
+def is_neutral(name: str, value: Any) -> bool:
+    """Whether `name` is another tool's option we lack, given at a value that changes nothing here (NEUTRAL)."""
+    return any(not _differ(value, neutral) for neutral in NEUTRAL.get(name, ()))
+
+
 def option_name(name: str) -> str:
     """The TranscriptionOptions field `name` stands for: its field when it is an alias, else `name` itself."""
     alias = ALIASES.get(name)
@@ -74,7 +93,9 @@ def unsupported_note(name: str, spelled: str, hint: bool = True) -> Optional[str
     if name not in UNSUPPORTED:
         return None
     used_by, instead = UNSUPPORTED[name]
-    return f"{spelled} ({used_by}) is not supported here" + (f"; {instead}" if instead and hint else "")
+    accepted = " or ".join(repr(value) for value in NEUTRAL.get(name, ()))
+    accepted = f" (only at {accepted}, what this engine does)" if accepted else ""
+    return f"{spelled} ({used_by}) is not supported here{accepted}" + (f"; {instead}" if instead and hint else "")
 
 
 def unknown_message(name: str, candidates: Iterable[str], kind: str = "transcription option",
@@ -93,15 +114,17 @@ def unknown_message(name: str, candidates: Iterable[str], kind: str = "transcrip
 
 
 def resolve_aliases(given: Mapping[str, Any], fields: Iterable[str]) -> Dict[str, Any]:
-    """`given` (keyword options) with every alias replaced by its field (an inverted one's value negated). An unknown
-    name is a ParameterTypeError naming the closest valid one; an alias and its field (or two names of one field)
-    with different values a ParameterError naming both."""
+    """`given` (keyword options) with every alias replaced by its field (an inverted one's value negated) and the
+    NEUTRAL settings dropped. An unknown name is a ParameterTypeError naming the closest valid one; an alias and its
+    field (or two names of one field) with different values a ParameterError naming both."""
     fields = set(fields)
     resolved: Dict[str, Any] = {}
     spelled: Dict[str, str] = {}
     for name, value in given.items():
         alias = ALIASES.get(name)
         if alias is None and name not in fields:
+            if is_neutral(name, value):
+                continue
             raise ParameterTypeError(unknown_message(name, fields | set(ALIASES)), name)
         option = name if alias is None else alias.option
         if alias is not None and alias.inverted:

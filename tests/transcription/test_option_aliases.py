@@ -61,9 +61,31 @@ def test_an_alias_and_its_field_with_different_values_are_refused(given, names):
 ])
 def test_an_unknown_name_is_a_type_error_naming_the_closest_one(name, message):
     with pytest.raises(TypeError) as caught:
-        TranscriptionOptions.from_kwargs(**{name: 1})
+        TranscriptionOptions.from_kwargs(**{name: 7})
     assert isinstance(caught.value, ParameterTypeError) and caught.value.param == name
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("given", [
+    {"patience": 1}, {"patience": None}, {"length_penalty": 1.0}, {"repetition_penalty": 1},
+    {"no_repeat_ngram_size": 0}, {"multilingual": False}, {"chunk_length": 30}, {"language_detection_segments": 1},
+    {"carry_initial_prompt": False},
+])
+def test_their_settings_at_values_that_change_nothing_here_are_accepted(given):
+    """faster-whisper's and openai-whisper's defaults spelt out (`patience=1`, ...) run here: dropped, nothing set."""
+    assert TranscriptionOptions.from_kwargs(beam_size=3, **given) == TranscriptionOptions(beam_width=3)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"patience": 2.0}, "'patience' (faster-whisper, openai-whisper) is not supported here (only at None or 1.0,"),
+    ({"patience": True}, "is not supported here"),          # a bool is not the number 1
+    ({"multilingual": True}, "(only at False, what this engine does)"),
+    ({"no_repeat_ngram_size": 3}, "(only at 0, what this engine does)"),
+])
+def test_their_settings_at_other_values_are_refused_naming_the_accepted_one(given, message):
+    with pytest.raises(ParameterTypeError) as caught:
+        TranscriptionOptions.from_kwargs(**given)
+    assert message in str(caught.value), caught.value
 
 
 def test_transcribe_keywords_are_checked_before_the_engine_is_touched():

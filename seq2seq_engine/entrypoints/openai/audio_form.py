@@ -22,7 +22,8 @@ from seq2seq_engine.entrypoints.openai.limits import (MAX_AUDIO_PROMPT_CHARS, MA
                                                       MAX_VAD_PARAMETERS_CHARS, MAX_VOCABULARY_IDS)
 from seq2seq_engine.errors import param_of
 from seq2seq_engine.sampling_params import INT64_MAX
-from seq2seq_engine.transcription.option_aliases import ALIASES, option_name, resolve_aliases, unknown_message
+from seq2seq_engine.transcription.option_aliases import (ALIASES, NEUTRAL, is_neutral, option_name, resolve_aliases,
+                                                         unknown_message)
 from seq2seq_engine.transcription.options import TranscriptionOptions, field_names
 from seq2seq_engine.transcription.output.subtitles import SubtitleOptions
 
@@ -160,6 +161,17 @@ def _extra_field(name: str, text: str) -> Any:
     raise APIError(unknown_message(name, known + _OPENAI_FIELDS, kind="field", hint=False), param=name)
 
 
+def _neutral_field(name: str, text: Optional[str]) -> bool:
+    """Another tool's setting we lack, sent at a value that changes nothing here (option_aliases.NEUTRAL: "1",
+    "1.0", "false", "null", ...): dropped, as the Python keywords drop it."""
+    if name not in NEUTRAL or text is None:
+        return False
+    try:
+        return is_neutral(name, json.loads(text.strip().lower()))
+    except (ValueError, RecursionError):
+        return False
+
+
 def _single(form: FormData, name: str) -> Optional[str]:
     values = form.getlist(name)
     if len(values) > 1:
@@ -229,7 +241,9 @@ def _options(form: FormData, task: str, response_format: str, granularities: Lis
     for name in sorted({key for key in form.keys() if key not in _OPENAI_FIELDS + _SUBTITLE_FIELDS}):
         if option_name(name) in _RESERVED:
             raise APIError(f"{name} is set by the endpoint and response_format, not by a field", param=name)
-        extras[name] = _extra_field(option_name(name), _single(form, name))  # a bad value names the option's field
+        text = _single(form, name)
+        if not _neutral_field(name, text):
+            extras[name] = _extra_field(option_name(name), text)  # a bad value names the option's field
     try:
         fields.update(resolve_aliases(extras, field_names()))  # beam_size and beam_width both: the same value
         return TranscriptionOptions(**fields)

@@ -34,11 +34,18 @@ def test_the_other_names_set_the_same_options():
     assert _parse(beam_size="3", beam_width="3").options.beam_width == 3
 
 
+def test_their_settings_at_values_that_change_nothing_here_are_accepted():
+    plain = _parse(beam_size="2").options
+    assert _parse(beam_size="2", patience="1", length_penalty="null", repetition_penalty="1.0",
+                  no_repeat_ngram_size="0", multilingual="False", chunk_length="30").options == plain
+
+
 @pytest.mark.parametrize("fields, param, message", [
     ({"beam_size": "2", "beam_width": "3"}, "beam_width", "beam_size=2 and beam_width=3 set the same option"),
     ({"beam_sise": "2"}, "beam_sise", "unknown field 'beam_sise'; did you mean 'beam_size'?"),
     ({"temprature": "0"}, "temprature", "did you mean 'temperature'?"),
     ({"patience": "2"}, "patience", "field 'patience' (faster-whisper, openai-whisper) is not supported here"),
+    ({"multilingual": "true"}, "multilingual", "is not supported here (only at False, what this engine does)"),
     ({"colour": "blue"}, "colour", "unknown field 'colour'; known: beam_size, beam_width"),
     ({"without_timestamps": "true"}, "without_timestamps", "is set by the endpoint and response_format"),
     ({"log_progress": "false"}, "log_progress", "is set by the endpoint"),
