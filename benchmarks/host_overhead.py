@@ -11,21 +11,27 @@ from benchmarks.lib import gpu_workloads as gw
 from benchmarks.lib.machine import cpu_description
 
 
+PHASES = ("schedule", "inputs", "outputs")   # the host's three parts of a step: Scheduler.schedule,
+# ModelRunner.prepare_inputs and OutputProcessor.process
+
+
 class StepTimer:
-    """Wraps the engine's step and the model's compute (forward, logits, sampler) with wall-clock counters."""
+    """Wraps the engine's step, the model's compute (forward, logits, sampler) and the host's three phases
+    (PHASES) with counters: wall seconds, and the calling thread's CPU seconds for the compute."""
 
     def __init__(self, llm) -> None:
         engine = llm.llm_engine
         runner = engine.model_runner
-        self.steps = 0
-        self.compute_s = 0.0
-        self.compute_cpu_s = 0.0  # the calling thread's CPU time in them: what other processes' load leaves out
+        self.reset()
         self._wrap(engine, "step", counted=True)
-        self._wrap(runner.model, "forward")
-        self._wrap(runner.model, "compute_logits")
-        self._wrap(runner.sampler, "forward")
+        self._wrap(runner.model, "forward", "compute")
+        self._wrap(runner.model, "compute_logits", "compute")
+        self._wrap(runner.sampler, "forward", "compute")
+        self._wrap(engine.scheduler, "schedule", "schedule")
+        self._wrap(runner, "prepare_inputs", "inputs")
+        self._wrap(engine.output_processor, "process", "outputs")
 
-    def _wrap(self, owner, name: str, counted: bool = False) -> None:
+    def _wrap(self, owner, name: str, counter: str = "", counted: bool = False) -> None:
         inner: Callable = getattr(owner, name)
 
         def timed(*args, **kwargs):
@@ -36,13 +42,19 @@ class StepTimer:
             try:
                 return inner(*args, **kwargs)
             finally:
-                self.compute_s += time.perf_counter() - start
-                self.compute_cpu_s += time.thread_time() - start_cpu
+                self.seconds[counter] += time.perf_counter() - start
+                if counter == "compute":   # what other processes' load leaves out of the host's share
+                    self.compute_cpu_s += time.thread_time() - start_cpu
 
         setattr(owner, name, timed)
 
+    @property
+    def compute_s(self) -> float:
+        return self.seconds["compute"]
+
     def reset(self) -> None:
-        self.steps, self.compute_s, self.compute_cpu_s = 0, 0.0, 0.0
+        self.steps, self.compute_cpu_s = 0, 0.0
+        self.seconds = {name: 0.0 for name in ("compute",) + PHASES}
 
 
 def measure(name: str, llm, run: Callable[[], List[List[int]]], rounds: int) -> Dict[str, float]:
@@ -60,6 +72,7 @@ def measure(name: str, llm, run: Callable[[], List[List[int]]], rounds: int) -> 
         row = dict(wall_s=wall, steps=timer.steps, compute_ms_per_step=1e3 * timer.compute_s / timer.steps,
                    host_ms_per_step=1e3 * (wall - timer.compute_s) / timer.steps,
                    host_cpu_ms_per_step=1e3 * (cpu - timer.compute_cpu_s) / timer.steps,
+                   phases_ms_per_step=[1e3 * timer.seconds[phase] / timer.steps for phase in PHASES],
                    tokens=sum(len(t) for t in tokens))
         print(f"  {name}: wall {wall:.3f} s, {row['steps']} steps, compute {row['compute_ms_per_step']:.2f} ms/step, "
               f"host {row['host_ms_per_step']:.2f} ms/step (CPU {row['host_cpu_ms_per_step']:.2f})", file=sys.stderr)
@@ -104,6 +117,11 @@ def main() -> None:
     for name, row in rows.items():
         print(f"| {name} | {row['wall_s']:.3f} | {row['steps']} | {row['compute_ms_per_step']:.2f} | "
               f"{row['host_ms_per_step']:.2f} | {row['host_cpu_ms_per_step']:.2f} | {row['tokens']} |")
+    print("\nThe host's share by phase (wall ms/step; the rest of the host time is the step's own bookkeeping):\n")
+    print("| workload | " + " | ".join(PHASES) + " |")
+    print("|---|" + "---|" * len(PHASES))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(f"{ms:.2f}" for ms in row["phases_ms_per_step"]) + " |")
 
 
 if __name__ == "__main__":

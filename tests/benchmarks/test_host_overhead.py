@@ -1,5 +1,5 @@
 """benchmarks/host_overhead.py at a few requests: both workloads run, every request gets its tokens, and the table
-splits each step into model compute and host time."""
+splits each step into model compute and host time, the host's by phase."""
 import json
 import os
 import re
@@ -22,5 +22,8 @@ def test_small_run_prints_the_table_and_the_tokens(tmp_path):
     for name, wall, steps, compute, _, _, tokens in rows:
         assert float(wall) > 0 and int(steps) >= 3 and float(compute) > 0
         assert int(tokens) == (3 * 4 if name.startswith("whisper") else 5 * 3)
+    phases = re.findall(r"^\| (whisper 3x4|bart 5x3) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", result.stdout, re.M)
+    assert [row[0] for row in phases] == ["whisper 3x4", "bart 5x3"], result.stdout   # schedule, inputs, outputs
+    assert all(float(ms) > 0 for row in phases for ms in row[1:])
     tokens = json.loads(tokens_out.read_text())
     assert [len(t) for t in tokens["whisper 3x4"]] == [4] * 3 and [len(t) for t in tokens["bart 5x3"]] == [3] * 5
