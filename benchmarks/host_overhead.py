@@ -10,9 +10,8 @@ from typing import Callable, Dict, List
 from benchmarks.lib import gpu_workloads as gw
 from benchmarks.lib.machine import cpu_description
 
-
-PHASES = ("schedule", "inputs", "outputs")   # the host's three parts of a step: Scheduler.schedule,
-# ModelRunner.prepare_inputs and OutputProcessor.process
+# The host's three parts of a step: Scheduler.schedule, ModelRunner.prepare_inputs and OutputProcessor.process.
+PHASES = ("schedule", "inputs", "outputs")
 
 
 class StepTimer:
