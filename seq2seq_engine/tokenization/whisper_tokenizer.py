@@ -64,7 +64,8 @@ class WhisperJsonTokenizer:
         self.all_special_tokens = list(dict.fromkeys(t for t in [*named.values(), *listed, *flagged] if t))
         self.all_special_ids = [self._tokenizer.token_to_id(t) for t in self.all_special_tokens]
         self._special_ids = frozenset(self.all_special_ids)
-        self._prefix = [self._tokenizer.token_to_id(START), self._tokenizer.token_to_id(NO_TIMESTAMPS)]
+        self._prompt_id, self._start_id = self._tokenizer.token_to_id(PROMPT), self._tokenizer.token_to_id(START)
+        self._prefix = [self._start_id, self._tokenizer.token_to_id(NO_TIMESTAMPS)]
 
     def _id_or_none(self, token: Optional[str]) -> Optional[int]:
         return None if token is None else self._tokenizer.token_to_id(token)
@@ -90,10 +91,9 @@ class WhisperJsonTokenizer:
         return _TIMESTAMP.sub("", self._tokenizer.decode(ids, skip_special_tokens=False))
 
     def _strip_prompt(self, ids: List[int]) -> List[int]:
-        if not ids or ids[0] != self._tokenizer.token_to_id(PROMPT):
+        if not ids or ids[0] != self._prompt_id:
             return ids
-        start = self._tokenizer.token_to_id(START)
-        return ids[ids.index(start):] if start in ids else []
+        return ids[ids.index(self._start_id):] if self._start_id in ids else []
 
     def convert_ids_to_tokens(self, ids: Union[int, Sequence[int]], skip_special_tokens: bool = False):
         if isinstance(ids, int):

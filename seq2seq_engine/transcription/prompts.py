@@ -36,11 +36,6 @@ DEFAULT_MAX_INITIAL_TIMESTAMP_INDEX = 50
 DEFAULT_MAX_NEW_TOKENS = 224
 
 
-def _language_names() -> Tuple[Dict[str, str], Dict[str, str]]:
-    """(code -> English name, name or alias -> code): Whisper's tables, held by the package."""
-    return dict(LANGUAGES), dict(TO_LANGUAGE_CODE)
-
-
 @dataclasses.dataclass(frozen=True)
 class WhisperTokens:
     """The ids a Whisper transcription needs, for one model and tokenizer."""
@@ -121,8 +116,7 @@ class WhisperTokens:
         text = language.strip().lower()
         if text.startswith("<|") and text.endswith("|>"):
             text = text[2:-2]
-        _, to_code = _language_names()
-        code = text if text in self.language_ids or text in to_code.values() else to_code.get(text)
+        code = text if text in self.language_ids or text in LANGUAGES else TO_LANGUAGE_CODE.get(text)
         if not self.is_multilingual:
             if code == "en":
                 return "en"

@@ -127,9 +127,8 @@ class ServedModels:
             return Target(self.states[0])
         if name is None:
             raise APIError(f"model is required: this server serves {list(self.names)}", param="model")
-        for state in self.states:
-            if state.model_name == name:
-                return Target(state)
+        if name in self.names:
+            return Target(self.base(name))
         adapter = self.loras.adapters.get(name)
         if adapter is not None:
             return Target(self.base(adapter.base), adapter.request)

@@ -109,9 +109,9 @@ def ct2_whisper_to_hf(ct2_dir: str, out_dir: str, dtype: torch.dtype = torch.flo
     _write_json(out_dir, "generation_config.json", generation)
     _write_json(out_dir, "preprocessor_config.json", _feature_extractor_json(dims["num_mel_bins"]))
     write_fixed_tokenizer(ct2_dir, out_dir, dims["vocab_size"], model_max_length=dims["max_target_positions"])
-    with open(os.path.join(out_dir, "ct2_source.json"), "w", encoding="utf-8") as f:
-        json.dump({"ct2_dir": os.path.abspath(ct2_dir), "model_files": [os.path.abspath(p) for p in files],
-                   "spec_revision": revision, "converter_version": CONVERTER_VERSION}, f, indent=2)
+    _write_json(out_dir, "ct2_source.json", {"ct2_dir": os.path.abspath(ct2_dir),
+                                             "model_files": [os.path.abspath(p) for p in files],
+                                             "spec_revision": revision, "converter_version": CONVERTER_VERSION})
     return out_dir
 
 
