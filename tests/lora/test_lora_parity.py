@@ -102,7 +102,9 @@ def _assert_same(output, reference):
     completion = output.outputs[0]
     assert completion.token_ids == tokens
     ours = torch.tensor([lp[t] for lp, t in zip(completion.logprobs, completion.token_ids)])
-    assert torch.allclose(ours, torch.tensor(logprobs), atol=1e-4)
+    # float32 sums in another order (the native kernels' tiles against PEFT's BLAS): flan-t5's unscaled
+    # activations carry that to about 1e-4 over a sequence on AVX-512 machines; the tokens stay identical
+    assert torch.allclose(ours, torch.tensor(logprobs), atol=3e-4)
 
 
 def test_mixed_adapter_batch_matches_peft(family):
