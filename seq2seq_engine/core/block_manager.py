@@ -36,6 +36,8 @@ class BlockSpaceManager(BlockSwapping):
         self.cross_entries: Dict[str, CrossEntry] = {}   # requests whose cross table is a cached entry
         # Block numbers of each cross table, read every step; rebuilt when the request's table is replaced (swap).
         self._cross_numbers: Dict[str, Tuple[BlockTable, List[int]]] = {}
+        # The same for each self table, also kept up to date by append_slots (which grows a table in place).
+        self._self_numbers: Dict[int, Tuple[BlockTable, List[int]]] = {}
 
     # ----------------------------------------------------------------- allocation
     def _admission_status(self, num_required_blocks: int) -> AllocStatus:
@@ -168,9 +170,13 @@ class BlockSpaceManager(BlockSwapping):
         needed = sum(self._blocks_to_append(seq) for seq in seq_group.get_seqs(SequenceStatus.RUNNING))
         return self.gpu_allocator.get_num_free_blocks() >= needed
 
+    def can_append_slot(self, seq: Sequence) -> bool:
+        """`can_append_slots` of a request whose only running sequence is `seq`."""
+        return self.gpu_allocator.get_num_free_blocks() >= self._blocks_to_append(seq)
+
     def _blocks_to_append(self, seq: Sequence) -> int:
         table = self.block_tables[seq.seq_id]
-        missing = seq.n_blocks - len(table)
+        missing = -(-seq.data.get_len() // self.block_size) - len(table)
         if missing > 0:
             return missing
         return 1 if table and table[-1].ref_count > 1 else 0
@@ -178,14 +184,21 @@ class BlockSpaceManager(BlockSwapping):
     def append_slots(self, seq: Sequence) -> List[Tuple[int, int]]:
         """Make room for the sequence's new tokens; returns (src, dst) block pairs to copy (copy-on-write)."""
         table = self.block_tables[seq.seq_id]
-        while len(table) < seq.n_blocks:
+        cached = self._self_numbers.get(seq.seq_id)
+        numbers = cached[1] if cached is not None and cached[0] is table else None
+        num_blocks = -(-seq.data.get_len() // self.block_size)
+        while len(table) < num_blocks:
             table.append(self.gpu_allocator.allocate())
+            if numbers is not None:
+                numbers.append(table[-1].block_number)
         last_block = table[-1]
         if last_block.ref_count == 1:
             return []
         # The last block is shared with a forked sequence and is about to be written: copy it.
         new_block = self.gpu_allocator.allocate()
         table[-1] = new_block
+        if numbers is not None:
+            numbers[-1] = new_block.block_number
         self.gpu_allocator.free(last_block)
         return [(last_block.block_number, new_block.block_number)]
 
@@ -207,6 +220,7 @@ class BlockSpaceManager(BlockSwapping):
     def free(self, seq: Sequence) -> None:
         """Return a decoder sequence's self blocks; a no-op for a sequence that holds none."""
         table = self.block_tables.pop(seq.seq_id, None)
+        self._self_numbers.pop(seq.seq_id, None)
         if table is not None:
             self._free_table(table)
 
@@ -230,6 +244,7 @@ class BlockSpaceManager(BlockSwapping):
         (the server's metrics are counters)."""
         for seq_id in list(self.block_tables):
             self._free_table(self.block_tables.pop(seq_id))
+        self._self_numbers.clear()
         for request_id in list(self.cross_block_tables):
             self._free_cross_table(request_id)
         self.reset_prefix_cache()
@@ -239,7 +254,13 @@ class BlockSpaceManager(BlockSwapping):
 
     # ----------------------------------------------------------------- queries
     def get_block_table(self, seq: Sequence) -> List[int]:
-        return [block.block_number for block in self.block_tables[seq.seq_id]]
+        """The sequence's block numbers (one list kept up to date while its table stands: read only)."""
+        table = self.block_tables[seq.seq_id]
+        cached = self._self_numbers.get(seq.seq_id)
+        if cached is None or cached[0] is not table:
+            cached = (table, [block.block_number for block in table])
+            self._self_numbers[seq.seq_id] = cached
+        return cached[1]
 
     def get_cross_block_table(self, seq_group: SequenceGroup) -> Optional[List[int]]:
         """The request's cross block numbers (one list shared by every step while its table stands: read only)."""

@@ -1,30 +1,15 @@
 """Continuous-batching scheduler: waiting/running/swapped queues, token budgets, preemption."""
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from typing import Deque, Iterable, List, Tuple, Union
 
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
 from seq2seq_engine.core.scheduler_outputs import (AdapterBudget, ScheduledSequenceGroup, SchedulerOutputs,
-                                                   SchedulingBudget, too_long_reason)
-from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceGroupMetadata, SequenceStatus
-
-
-@dataclasses.dataclass
-class _StepState:
-    """Mutable bookkeeping of one schedule() call."""
-
-    budget: SchedulingBudget
-    prefills: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
-    decodes: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
-    blocks_to_swap_in: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
-    blocks_to_swap_out: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
-    blocks_to_copy: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
-    ignored: List[SequenceGroup] = dataclasses.field(default_factory=list)
-    num_preempted: int = 0
-    num_encoder_tokens: int = 0
+                                                   SchedulingBudget, StepState, too_long_reason)
+from seq2seq_engine.core.step_metadata import StepMetadata
+from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceGroupMetadata, SequenceStage, SequenceStatus
 
 
 class Scheduler:
@@ -38,6 +23,7 @@ class Scheduler:
         self.block_manager = BlockSpaceManager(
             cache_config.block_size, cache_config.num_gpu_blocks, cache_config.num_cpu_blocks, cache_config.watermark,
             cache_config.enable_prefix_caching, cache_config.enable_encoder_cache, cache_config.max_cached_blocks)
+        self.step_metadata = StepMetadata(self.block_manager)
         self.waiting: Deque[SequenceGroup] = deque()
         self.running: Deque[SequenceGroup] = deque()
         self.swapped: Deque[SequenceGroup] = deque()
@@ -85,6 +71,7 @@ class Scheduler:
         return finished
 
     def _free_group(self, seq_group: SequenceGroup) -> None:
+        self.step_metadata.forget(seq_group.request_id)
         for seq in seq_group.get_seqs():
             self.block_manager.free(seq)
         self.block_manager.free_cross(seq_group)
@@ -97,7 +84,7 @@ class Scheduler:
     def schedule(self) -> Tuple[List[SequenceGroupMetadata], SchedulerOutputs]:
         """Decodes first, then swap-ins, then new prefills, each within the step's budget."""
         config = self.scheduler_config
-        state = _StepState(SchedulingBudget(config.max_num_batched_tokens, config.max_num_seqs))
+        state = StepState(SchedulingBudget(config.max_num_batched_tokens, config.max_num_seqs))
         self.running = deque(sorted(self.running, key=self._sort_key))
         self._schedule_running(state)
         adapters = AdapterBudget(config.max_loras, self.running)
@@ -114,7 +101,7 @@ class Scheduler:
             blocks_to_swap_in=state.blocks_to_swap_in, blocks_to_swap_out=state.blocks_to_swap_out,
             blocks_to_copy=state.blocks_to_copy, ignored_seq_groups=state.ignored,
             preempted=state.num_preempted)
-        return [self._make_metadata(s) for s in scheduled], outputs
+        return [self.step_metadata.build(s) for s in state.prefills] + state.decode_metadata, outputs
 
     def _num_new_tokens(self, seq_group: SequenceGroup, budget: SchedulingBudget, is_prefill: bool,
                         num_cached_tokens: int = 0) -> int:
@@ -133,10 +120,13 @@ class Scheduler:
         """Encoder tokens run this step: all of them at a request's (never chunked) first step."""
         return seq_group.encoder_len if is_prefill else 0
 
-    def _schedule_running(self, state: _StepState) -> None:
+    def _schedule_running(self, state: StepState) -> None:
         kept: Deque[SequenceGroup] = deque()
         while self.running:
             seq_group = self.running.popleft()
+            if self._schedule_single_decode(seq_group, state):
+                kept.append(seq_group)
+                continue
             # Nothing below changes whether this group is prefilling: asked once, not once per helper.
             is_prefill = seq_group.is_prefill()
             num_new_tokens = self._num_new_tokens(seq_group, state.budget, is_prefill)
@@ -157,7 +147,31 @@ class Scheduler:
             kept.append(seq_group)
         self.running = kept
 
-    def _schedule_swapped(self, state: _StepState, adapters: AdapterBudget) -> None:
+    def _schedule_single_decode(self, seq_group: SequenceGroup, state: StepState) -> bool:
+        """The common case of `_schedule_running` in a few operations: a request decoding its one sequence with
+        room for its token. False (nothing done) for any other request, or one that needs a preemption."""
+        seqs = seq_group.seqs_dict
+        if len(seqs) != 1:
+            return False
+        seq = next(iter(seqs.values()))
+        if seq.status is not SequenceStatus.RUNNING or seq.data.stage is not SequenceStage.DECODE:
+            return False
+        budget = state.budget
+        if not budget.can_schedule(1, 0):
+            budget.add(0, 1)  # out of budget: stays running, holds its blocks, runs next step
+            return True
+        if not self.block_manager.can_append_slot(seq):
+            return False
+        copies = self.block_manager.append_slots(seq)
+        if copies:
+            state.blocks_to_copy.extend(copies)
+        budget.add(1, 1)
+        entry = self.step_metadata.single_decode(seq_group, seq)
+        state.decodes.append(entry.scheduled)
+        state.decode_metadata.append(entry.metadata)
+        return True
+
+    def _schedule_swapped(self, state: StepState, adapters: AdapterBudget) -> None:
         self.swapped = deque(sorted(self.swapped, key=self._sort_key))
         while self.swapped:
             seq_group = self.swapped[0]
@@ -182,7 +196,7 @@ class Scheduler:
             self._add_scheduled(seq_group, num_new_tokens, state, is_prefill)
             self.running.append(seq_group)
 
-    def _schedule_waiting(self, state: _StepState, adapters: AdapterBudget) -> None:
+    def _schedule_waiting(self, state: StepState, adapters: AdapterBudget) -> None:
         self.waiting = deque(sorted(self.waiting, key=self._sort_key))
         held_back: Deque[SequenceGroup] = deque()     # requests whose adapter waits for a slot: the rest go on
         while self.waiting:
@@ -215,14 +229,14 @@ class Scheduler:
             self.running.append(seq_group)
         self.waiting.extendleft(reversed(held_back))
 
-    def _ignore(self, seq_group: SequenceGroup, reason: str, state: _StepState) -> None:
+    def _ignore(self, seq_group: SequenceGroup, reason: str, state: StepState) -> None:
         seq_group.ignored_reason = reason
         for seq in seq_group.get_unfinished_seqs():
             seq.status = SequenceStatus.FINISHED_IGNORED
         self._free_group(seq_group)
         state.ignored.append(seq_group)
 
-    def _append_slots(self, seq_group: SequenceGroup, state: _StepState, is_prefill: bool) -> None:
+    def _append_slots(self, seq_group: SequenceGroup, state: StepState, is_prefill: bool) -> None:
         if is_prefill:
             # A prompt's blocks are all allocated at admission, shared by its sequences (n/best_of) and written
             # through the first one's table: copy-on-write now would leave the others with unwritten copies.
@@ -230,7 +244,7 @@ class Scheduler:
         for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
             state.blocks_to_copy.extend(self.block_manager.append_slots(seq))
 
-    def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: _StepState,
+    def _add_scheduled(self, seq_group: SequenceGroup, num_new_tokens: int, state: StepState,
                        is_prompt: bool, runs_encoder: bool = True) -> None:
         encoder_tokens = self._encoder_tokens(seq_group, is_prompt) if runs_encoder else 0
         state.num_encoder_tokens += encoder_tokens
@@ -238,11 +252,15 @@ class Scheduler:
         num_seqs = seq_group.get_max_num_running_seqs() if is_prompt else seq_group.num_unfinished_seqs()
         state.budget.add(num_new_tokens + encoder_tokens, num_seqs)
         chunk = num_new_tokens if is_prompt else 1
-        target = state.prefills if is_prompt else state.decodes
-        target.append(ScheduledSequenceGroup(seq_group, chunk, is_prompt))
+        scheduled = ScheduledSequenceGroup(seq_group, chunk, is_prompt)
+        if is_prompt:
+            state.prefills.append(scheduled)
+        else:
+            state.decodes.append(scheduled)
+            state.decode_metadata.append(self.step_metadata.build(scheduled))
 
     # ----------------------------------------------------------------- preemption
-    def _preempt(self, seq_group: SequenceGroup, state: _StepState) -> None:
+    def _preempt(self, seq_group: SequenceGroup, state: StepState) -> None:
         """Recompute a single-sequence request; swap a multi-sequence one (its beams cannot be re-derived)."""
         state.num_preempted += 1
         self.num_cumulative_preemption += 1
@@ -268,26 +286,3 @@ class Scheduler:
             seq.reset_state_for_recompute()
         self.block_manager.free_cross(seq_group)
         self.waiting.appendleft(seq_group)
-
-    # ----------------------------------------------------------------- metadata
-    def _make_metadata(self, scheduled: ScheduledSequenceGroup) -> SequenceGroupMetadata:
-        seq_group = scheduled.seq_group
-        running = seq_group.get_seqs(SequenceStatus.RUNNING)
-        first = running[0].data
-        do_sample = (not scheduled.is_prompt
-                     or first.get_num_computed_tokens() + scheduled.token_chunk_size >= first.get_len())
-        has_encoder = seq_group.encoder_seq is not None  # an encoder sequence is never empty
-        return SequenceGroupMetadata(
-            request_id=seq_group.request_id, is_prompt=scheduled.is_prompt,
-            seq_data={seq.seq_id: seq.data for seq in running},
-            sampling_params=seq_group.sampling_params,
-            block_tables={seq.seq_id: self.block_manager.get_block_table(seq) for seq in running},
-            do_sample=do_sample,
-            token_chunk_size=scheduled.token_chunk_size,
-            encoder_seq_data=seq_group.encoder_seq.data if has_encoder else None,
-            cross_block_table=self.block_manager.get_cross_block_table(seq_group) if has_encoder else None,
-            multi_modal_data=seq_group.inputs.multi_modal_data if seq_group.inputs is not None else None,
-            cross_computed=scheduled.is_prompt and has_encoder and self.block_manager.is_cross_computed(seq_group),
-            generator=seq_group.generator,
-            num_beam_candidates=seq_group.beam_search.spec.num_candidates if seq_group.beam_search else 0,
-            lora_int_id=seq_group.lora_int_id)

@@ -5,7 +5,7 @@ import dataclasses
 from typing import Iterable, List, Optional, Set, Tuple
 
 from seq2seq_engine.config import SchedulerConfig
-from seq2seq_engine.sequence import SequenceGroup
+from seq2seq_engine.sequence import SequenceGroup, SequenceGroupMetadata
 
 
 @dataclasses.dataclass
@@ -84,3 +84,19 @@ class SchedulerOutputs:
     blocks_to_copy: List[Tuple[int, int]]
     ignored_seq_groups: List[SequenceGroup]
     preempted: int
+
+
+@dataclasses.dataclass
+class StepState:
+    """Mutable bookkeeping of one Scheduler.schedule() call."""
+
+    budget: SchedulingBudget
+    prefills: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
+    decodes: List[ScheduledSequenceGroup] = dataclasses.field(default_factory=list)
+    decode_metadata: List[SequenceGroupMetadata] = dataclasses.field(default_factory=list)  # one per decode
+    blocks_to_swap_in: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    blocks_to_swap_out: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    blocks_to_copy: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    ignored: List[SequenceGroup] = dataclasses.field(default_factory=list)
+    num_preempted: int = 0
+    num_encoder_tokens: int = 0

@@ -94,6 +94,7 @@ class LLMEngine(EnginePortMethods):
         self.output_processor = OutputProcessor(
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
             detokenizer, lambda: next(self._seq_ids))
+        self._finish_scan_pending = False   # an earlier step stopped before freeing its finished requests
         collect_startup_garbage()
 
     @classmethod
@@ -223,14 +224,21 @@ class LLMEngine(EnginePortMethods):
             if failed:
                 scheduler_outputs, failed_groups = self._drop_failed(scheduler_outputs, failed)
             self._mark_prefills_computed(scheduler_outputs)
+        # A request finishes only when one of its sequences does (or is dropped): without any, nothing is freed,
+        # unless an earlier step stopped before freeing (an exception in output processing).
+        scan_pending, self._finish_scan_pending = self._finish_scan_pending, True
         finished_seq_ids = self.output_processor.process(scheduler_outputs, sampled_seq_ids, sampler_output)
-        self.scheduler.free_finished_seq_groups()
+        if finished_seq_ids or scan_pending:
+            self.scheduler.free_finished_seq_groups()
+        self._finish_scan_pending = False
         self.model_runner.release_seqs(finished_seq_ids)
         for group in scheduler_outputs.ignored_seq_groups:
             logger.warning("request %s ignored: %s", group.request_id, group.ignored_reason)
             self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
-        groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + scheduler_outputs.ignored_seq_groups
-        groups += failed_groups
+        refused = scheduler_outputs.ignored_seq_groups + failed_groups
+        if finished_only and not finished_seq_ids:
+            return [RequestOutput.from_seq_group(group) for group in refused if group.is_finished()]
+        groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + refused
         if finished_only:
             groups = [group for group in groups if group.is_finished()]
         return [RequestOutput.from_seq_group(group) for group in groups]
@@ -240,10 +248,10 @@ class LLMEngine(EnginePortMethods):
         the outputs are applied, which frees the requests that finish in their first step)."""
         block_manager = self.scheduler.block_manager
         for scheduled in scheduler_outputs.scheduled_seq_groups:
-            if scheduled.is_prompt:
-                data = scheduled.seq_group.first_seq.data
-                block_manager.mark_computed(scheduled.seq_group,
-                                            data.get_num_computed_tokens() + scheduled.token_chunk_size)
+            if not scheduled.is_prompt:
+                break  # prefills come first
+            computed = scheduled.seq_group.first_seq.data.get_num_computed_tokens()
+            block_manager.mark_computed(scheduled.seq_group, computed + scheduled.token_chunk_size)
 
     def _drop_failed(self, scheduler_outputs: SchedulerOutputs, failed: Dict[str, str]):
         """(the step's outputs without the failed requests, those requests): each aborted, its blocks returned,

@@ -9,7 +9,7 @@ from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
 from seq2seq_engine.engine.beam_output import BeamOutputProcessor, Candidates
 from seq2seq_engine.engine.stop_checker import StopChecker
 from seq2seq_engine.sampling.sampler import SamplerOutput
-from seq2seq_engine.sequence import Sequence, SequenceGroup, SequenceStatus
+from seq2seq_engine.sequence import FIRST_FINISHED, Sequence, SequenceGroup, SequenceStatus
 from seq2seq_engine.tokenization.detokenizer import Detokenizer
 
 
@@ -33,6 +33,11 @@ class OutputProcessor:
         finished_seq_ids = []
         for scheduled in scheduler_outputs.scheduled_seq_groups:
             seq_group = scheduled.seq_group
+            if self._process_single(seq_group, scheduled.token_chunk_size, row_of_seq, columns, prompt_chunks):
+                if seq_group.first_seq.status >= FIRST_FINISHED:
+                    self.scheduler.free_seq(seq_group.first_seq)
+                    finished_seq_ids.append(seq_group.first_seq.seq_id)
+                continue
             seq_group.update_num_computed_tokens(scheduled.token_chunk_size)
             if seq_group.request_id in prompt_chunks:
                 _extend_prompt_logprobs(seq_group, *prompt_chunks[seq_group.request_id])
@@ -48,6 +53,22 @@ class OutputProcessor:
                     self.scheduler.free_seq(seq)
                     finished_seq_ids.append(seq.seq_id)
         return finished_seq_ids
+
+    def _process_single(self, seq_group: SequenceGroup, num_computed: int, row_of_seq: Dict[int, int],
+                        columns: "SampledColumns", prompt_chunks: dict) -> bool:
+        """The common case of `process` for a request of one running sequence without beams or prompt logprobs;
+        False (nothing done) for any other."""
+        seqs = seq_group.seqs_dict
+        if len(seqs) != 1 or seq_group.beam_search is not None or prompt_chunks:
+            return False
+        seq = next(iter(seqs.values()))
+        if seq.status is not SequenceStatus.RUNNING:
+            return False
+        seq.data.update_num_computed_tokens(num_computed)
+        row = row_of_seq.get(seq.seq_id)
+        if row is not None:   # a prompt chunk that does not end the prompt samples nothing
+            self._append(seq, seq_group.sampling_params, columns, row)
+        return True
 
     def _append(self, seq: Sequence, params, columns: "SampledColumns", row: int) -> None:
         token_id = columns.token_ids[row]

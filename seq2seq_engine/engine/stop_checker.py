@@ -43,6 +43,8 @@ class StopChecker:
             seq.status = SequenceStatus.FINISHED_STOPPED
             seq.stop_reason = last_token_id
             return True
+        if not params.stop:
+            return False
         found = self.check_stop_strings(seq.output_text, new_char_count, params.stop,
                                         params.include_stop_str_in_output)
         if found is not None:

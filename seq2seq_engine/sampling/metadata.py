@@ -61,29 +61,46 @@ class SamplingMetadata:
     @classmethod
     def build(cls, rows: Sequence[Tuple[SamplingParams, Optional[torch.Generator]]],
               device: DeviceLike = "cpu") -> "SamplingMetadata":
+        return cls.from_columns([params for params, _ in rows], [generator for _, generator in rows], device)
+
+    @classmethod
+    def from_columns(cls, params: Sequence[SamplingParams], generators: Sequence[Optional[torch.Generator]],
+                     device: DeviceLike = "cpu") -> "SamplingMetadata":
+        """Row i samples with params[i] and generators[i]. Each run of rows sharing one params object (the
+        requests of one generate() call) has its values read once and repeated over the run."""
         device = torch.device(device)
-        temperatures, top_ps, top_ks, min_ps, generators, greedy, num_logprobs = [], [], [], [], [], [], []
-        for params, generator in rows:
-            is_greedy = params.sampling_type == SamplingType.GREEDY
-            greedy.append(is_greedy)
-            temperatures.append(1.0 if is_greedy else float(params.temperature))
-            top_ps.append(float(params.top_p))
-            top_ks.append(int(params.top_k) if params.top_k is not None and params.top_k > 0 else -1)
-            min_ps.append(float(params.min_p))
-            generators.append(None if is_greedy else generator)
-            num_logprobs.append(params.logprobs)
-        random_rows = [i for i, g in enumerate(greedy) if not g]
-        filtered_rows = [i for i in random_rows if top_ks[i] > 0 or top_ps[i] < 1.0]
-        filtered = set(filtered_rows)
-        plain_rows = [i for i in random_rows if i not in filtered]
-        requested = [n for n in num_logprobs if n]
+        temperatures, top_ps, top_ks, min_ps, row_generators = [], [], [], [], []
+        random_rows, filtered_rows, plain_rows, max_num_logprobs = [], [], [], 0
+        for p, start, end in _runs(params):
+            count = end - start
+            is_greedy = p.sampling_type == SamplingType.GREEDY
+            temperatures += [1.0 if is_greedy else float(p.temperature)] * count
+            top_ps += [float(p.top_p)] * count
+            top_k = int(p.top_k) if p.top_k is not None and p.top_k > 0 else -1
+            top_ks += [top_k] * count
+            min_ps += [float(p.min_p)] * count
+            row_generators += [None] * count if is_greedy else generators[start:end]
+            max_num_logprobs = max(max_num_logprobs, p.logprobs or 0)
+            if not is_greedy:
+                random_rows += range(start, end)
+                (filtered_rows if top_k > 0 or p.top_p < 1.0 else plain_rows).extend(range(start, end))
 
         def tensor(values, dtype):
             return to_device(torch.tensor(values, dtype=dtype, device="cpu"), device)
 
         return cls(
             temperatures=tensor(temperatures, torch.float32), top_ps=tensor(top_ps, torch.float32),
-            min_ps=tensor(min_ps, torch.float32), generators=generators, plain_rows=plain_rows,
+            min_ps=tensor(min_ps, torch.float32), generators=row_generators, plain_rows=plain_rows,
             filtered_rows=filtered_rows, top_k_list=top_ks, top_p_list=top_ps, min_p_list=min_ps,
-            temperature_list=temperatures, all_greedy=not random_rows, max_num_logprobs=max(requested, default=0),
+            temperature_list=temperatures, all_greedy=not random_rows, max_num_logprobs=max_num_logprobs,
             device=device)
+
+
+def _runs(items: Sequence) -> List[Tuple[object, int, int]]:
+    """(item, start, end) of each run of consecutive entries that are one object."""
+    runs, start = [], 0
+    for index in range(1, len(items) + 1):
+        if index == len(items) or items[index] is not items[start]:
+            runs.append((items[start], start, index))
+            start = index
+    return runs

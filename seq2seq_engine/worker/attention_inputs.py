@@ -2,8 +2,7 @@
 and the encoder and cross-attention metadata of encoder/decoder requests."""
 from __future__ import annotations
 
-import dataclasses
-from typing import List, Optional, Sequence as Seq, Tuple
+from typing import Optional, Sequence as Seq, Tuple
 
 import numpy as np
 import torch
@@ -12,27 +11,7 @@ from seq2seq_engine.attention.bias import (BlockDiagonalCausalFromBottomRightMas
                                            BlockDiagonalMask)
 from seq2seq_engine.attention.metadata import CrossAttentionMetadata, EncoderAttentionMetadata, SelfAttentionMetadata
 from seq2seq_engine.worker.input_batch import FlatInputs
-
-
-@dataclasses.dataclass
-class Scheduled:
-    """Per-sequence facts of one step, in batch order (prefills first)."""
-
-    rows: List[int] = dataclasses.field(default_factory=list)
-    num_computed: List[int] = dataclasses.field(default_factory=list)
-    num_scheduled: List[int] = dataclasses.field(default_factory=list)
-    sample_seq_ids: List[List[int]] = dataclasses.field(default_factory=list)  # sequences sampled from each
-    do_sample: List[bool] = dataclasses.field(default_factory=list)
-    cross_tables: List[List[int]] = dataclasses.field(default_factory=list)
-    encoder_lens: List[int] = dataclasses.field(default_factory=list)
-    # per encoder/decoder prefill: whether this step runs its encoder (else its cross table is read)
-    runs_encoder: List[bool] = dataclasses.field(default_factory=list)
-    num_prefills: int = 0
-
-    @property
-    def num_samples(self) -> List[int]:
-        """How many sequences sample from each scheduled one's last position (0 for a prompt chunk)."""
-        return [len(ids) if keep else 0 for ids, keep in zip(self.sample_seq_ids, self.do_sample)]
+from seq2seq_engine.worker.scheduled_rows import Scheduled
 
 
 def padded_table(tables: Seq[Seq[int]]) -> torch.Tensor:

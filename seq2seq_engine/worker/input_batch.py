@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterable, List, Sequence as Seq
+from typing import Dict, Iterable, List, Optional, Sequence as Seq
 
 import numpy as np
 
@@ -55,7 +55,12 @@ class InputBatch:
         self.max_blocks_per_seq = -(-max_model_len // block_size)
         self.token_ids = np.zeros((max_num_seqs, max_model_len), dtype=np.int64)
         self.block_table = np.zeros((max_num_seqs, self.max_blocks_per_seq), dtype=np.int32)
-        self._num_synced_tokens = np.zeros(max_num_seqs, dtype=np.int64)
+        self.prompt_lens = np.zeros(max_num_seqs, dtype=np.int64)
+        # Per row: tokens written, and the block-number list written with how many of its entries (sync_decode
+        # appends to a row only while that same list, which the block manager grows in place, is passed).
+        self._num_synced_tokens: List[int] = [0] * max_num_seqs
+        self._synced_tables: List[Optional[Seq[int]]] = [None] * max_num_seqs
+        self._num_synced_blocks: List[int] = [0] * max_num_seqs
         self._row_of_seq: Dict[int, int] = {}
         self._free_rows: List[int] = list(reversed(range(max_num_seqs)))
 
@@ -63,7 +68,10 @@ class InputBatch:
         capacity = self.token_ids.shape[0]
         self.token_ids = np.concatenate([self.token_ids, np.zeros_like(self.token_ids)])
         self.block_table = np.concatenate([self.block_table, np.zeros_like(self.block_table)])
-        self._num_synced_tokens = np.concatenate([self._num_synced_tokens, np.zeros_like(self._num_synced_tokens)])
+        self.prompt_lens = np.concatenate([self.prompt_lens, np.zeros_like(self.prompt_lens)])
+        self._num_synced_tokens += [0] * capacity
+        self._synced_tables += [None] * capacity
+        self._num_synced_blocks += [0] * capacity
         self._free_rows = list(reversed(range(capacity, 2 * capacity))) + self._free_rows
 
     def row_of(self, seq_id: int) -> int:
@@ -74,28 +82,54 @@ class InputBatch:
             row = self._free_rows.pop()
             self._row_of_seq[seq_id] = row
             self._num_synced_tokens[row] = 0
+            self._synced_tables[row] = None
         return row
 
     def sync(self, seq_id: int, seq_data: SequenceData, block_table: Seq[int]) -> int:
         """Write the sequence's tokens not yet in its row, and its current block table; returns the row."""
         row = self.row_of(seq_id)
-        synced, total = int(self._num_synced_tokens[row]), seq_data.get_len()
+        synced, total = self._num_synced_tokens[row], seq_data.get_len()
         if total > self.max_model_len:
             raise ValueError(f"sequence {seq_id} has {total} tokens, more than max_model_len={self.max_model_len}")
         if synced < total:
             prompt_len = seq_data.get_prompt_len()
+            self.prompt_lens[row] = prompt_len
             if synced < prompt_len:
                 self.token_ids[row, synced:prompt_len] = seq_data.prompt_token_ids[synced:]
                 synced = prompt_len
             self.token_ids[row, synced:total] = seq_data.output_token_ids[synced - prompt_len:]
             self._num_synced_tokens[row] = total
         self.block_table[row, :len(block_table)] = block_table
+        self._synced_tables[row] = block_table
+        self._num_synced_blocks[row] = len(block_table)
+        return row
+
+    def sync_decode(self, seq_id: int, seq_data: SequenceData, block_table: Seq[int]) -> int:
+        """`sync` of a sequence that gained at most one token since its last sync with this same (grown in place)
+        block list: writes the new token, the new blocks and the last block (replaced by a copy-on-write)."""
+        row = self._row_of_seq.get(seq_id)
+        if row is None or self._synced_tables[row] is not block_table:
+            return self.sync(seq_id, seq_data, block_table)
+        synced, total = self._num_synced_tokens[row], seq_data.get_len()
+        if total != synced:
+            if total != synced + 1 or total > self.max_model_len:
+                return self.sync(seq_id, seq_data, block_table)
+            self.token_ids[row, synced] = seq_data.get_last_token_id()
+            self._num_synced_tokens[row] = total
+        num_blocks = len(block_table)
+        num_synced_blocks = self._num_synced_blocks[row]
+        if num_blocks != num_synced_blocks:
+            self.block_table[row, num_synced_blocks:num_blocks] = block_table[num_synced_blocks:]
+            self._num_synced_blocks[row] = num_blocks
+        if num_blocks:
+            self.block_table[row, num_blocks - 1] = block_table[-1]
         return row
 
     def release(self, seq_ids: Iterable[int]) -> None:
         for seq_id in seq_ids:
             row = self._row_of_seq.pop(seq_id, None)
             if row is not None:
+                self._synced_tables[row] = None
                 self._free_rows.append(row)
 
     @property

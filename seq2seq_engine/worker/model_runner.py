@@ -12,16 +12,17 @@ from seq2seq_engine.kernels.native_topk import row_topk
 from seq2seq_engine.lora.layers import lora_rows
 from seq2seq_engine.lora.manager import LoRAManager
 from seq2seq_engine.lora.step_rows import step_rows
-from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, TokenHistories, needs_logits_processing
+from seq2seq_engine.sampling.logits_processors import LogitsProcessorBatch, OutputLists, TokenHistories
 from seq2seq_engine.sampling.metadata import SamplingMetadata
 from seq2seq_engine.sampling.sampler import Sampler, SamplerOutput
 from seq2seq_engine.sequence import SequenceGroupMetadata
-from seq2seq_engine.worker.attention_inputs import Scheduled, encoder_and_cross_metadata, self_metadata
+from seq2seq_engine.worker.attention_inputs import encoder_and_cross_metadata, self_metadata
 from seq2seq_engine.worker.cuda_graphs import (CudaGraphCapture, DecodeGraphs, GraphCapture, graph_batch_sizes,
                                                table_rows)
 from seq2seq_engine.worker.host_to_device import pack_to_device
 from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
 from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
+from seq2seq_engine.worker.scheduled_rows import Scheduled, collect
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,46 +80,20 @@ class ModelRunner:
         self.input_batch.release(seq_ids)
         self.prompt_logprobs.release(seq_ids)
 
-    def _collect(self, metadata_list: List[SequenceGroupMetadata]) -> Scheduled:
-        scheduled = Scheduled()
-        sync, rows, num_computed = self.input_batch.sync, scheduled.rows, scheduled.num_computed
-        claimed_tables = set()  # first cross block of each table whose encoder runs this step
-        for group in metadata_list:
-            is_prompt = group.is_prompt
-            items = list(group.seq_data.items())
-            encoder_len = group.encoder_len
-            # Sequences that share a prompt (n/best_of) run it once; each samples from its last position.
-            for seq_id, seq_data in (items[:1] if is_prompt else items):
-                rows.append(sync(seq_id, seq_data, group.block_tables[seq_id]))
-                num_computed.append(seq_data.get_num_computed_tokens())
-                scheduled.num_scheduled.append(group.token_chunk_size if is_prompt else 1)
-                scheduled.sample_seq_ids.append([i for i, _ in items] if is_prompt else [seq_id])
-                scheduled.do_sample.append(group.do_sample)
-                scheduled.num_prefills += int(is_prompt)
-                if encoder_len > 0:
-                    scheduled.cross_tables.append(group.cross_block_table)
-                    scheduled.encoder_lens.append(encoder_len)
-                    if is_prompt:
-                        # Requests sharing a cross table not yet computed: the first one in the step runs it.
-                        first_block = group.cross_block_table[0]
-                        scheduled.runs_encoder.append(not group.cross_computed and first_block not in claimed_tables)
-                        claimed_tables.add(first_block)
-        return scheduled
-
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
-        scheduled = self._collect(metadata_list)
+        scheduled = collect(metadata_list, self.input_batch)
         flat = prepare_flat_inputs(np.asarray(scheduled.rows, dtype=np.int64),
                                    np.asarray(scheduled.num_computed, dtype=np.int64),
                                    np.asarray(scheduled.num_scheduled, dtype=np.int64),
                                    self.input_batch.token_ids, self.input_batch.block_table, self.block_size)
         selected = np.repeat(flat.query_start_loc[1:] - 1, scheduled.num_samples)
-        sampled_seq_ids = [seq_id for ids, keep in zip(scheduled.sample_seq_ids, scheduled.do_sample) if keep
-                           for seq_id in ids]
+        sampled_seq_ids = scheduled.sampled_seq_ids
         sampling = dict(
             sampled_seq_ids=sampled_seq_ids,
-            sampling_metadata=self._sampling_metadata(metadata_list) if sampled_seq_ids else None,
-            logits_processors=self._logits_processors(metadata_list, scheduled) if sampled_seq_ids else None,
-            beam_rows=self._beam_rows(metadata_list))
+            sampling_metadata=SamplingMetadata.from_columns(scheduled.sample_params, scheduled.sample_generators,
+                                                            self.device) if sampled_seq_ids else None,
+            logits_processors=self._logits_processors(scheduled, flat) if sampled_seq_ids else None,
+            beam_rows=(scheduled.beam_rows, scheduled.num_beam_candidates) if scheduled.beam_rows else None)
         graph_batch_size = self._graph_batch_size(scheduled)
         if graph_batch_size is not None:
             step = self.decode_graphs.prepare(self._decode_rows(scheduled, flat, selected), graph_batch_size,
@@ -176,42 +151,18 @@ class ModelRunner:
             rows["cross_block_tables"] = table_rows(scheduled.cross_tables, self.decode_graphs.cross_table_width)
         return rows
 
-    def _sampling_metadata(self, metadata_list: List[SequenceGroupMetadata]) -> SamplingMetadata:
-        rows = [(group.sampling_params, group.generator)
-                for group in metadata_list if group.do_sample for _ in group.seq_data]
-        return SamplingMetadata.build(rows, self.device)
-
-    @staticmethod
-    def _beam_rows(metadata_list: List[SequenceGroupMetadata]) -> Optional[Tuple[List[int], int]]:
-        rows, row, num_candidates = [], 0, 0
-        for group in metadata_list:
-            if not group.do_sample:
-                continue
-            if group.num_beam_candidates:
-                rows.extend(range(row, row + len(group.seq_data)))
-                num_candidates = max(num_candidates, group.num_beam_candidates)
-            row += len(group.seq_data)
-        return (rows, num_candidates) if rows else None
-
-    def _logits_processors(self, metadata_list: List[SequenceGroupMetadata],
-                           scheduled: Scheduled) -> Optional[LogitsProcessorBatch]:
-        """The sampled rows' processing; nothing is built when no row has any (the common case)."""
-        params, seqs = [], []
-        for group in metadata_list:
-            if group.do_sample:
-                params.extend([group.sampling_params] * len(group.seq_data))
-                seqs.extend(group.seq_data.values())
-        if not any(needs_logits_processing(p, seq.get_output_len()) for p, seq in zip(params, seqs)):
-            return None
-        # The runner's token table already holds every scheduled sequence's tokens (synced in _collect); the
+    def _logits_processors(self, scheduled: Scheduled, flat: FlatInputs) -> Optional[LogitsProcessorBatch]:
+        """The sampled rows' processing; None when no row has any (the common case)."""
+        # The runner's token table already holds every scheduled sequence's tokens (synced in collect); the
         # sequences sharing a prompt (n/best_of prefill) all read the row of the one that ran it.
         history_rows = np.repeat(np.asarray(scheduled.rows, dtype=np.int64), scheduled.num_samples)
+        seq_lens = np.repeat(flat.seq_lens, scheduled.num_samples)
         histories = TokenHistories(
             table=self.input_batch.token_ids, table_rows=history_rows,
-            prompt_lens=np.array([seq.get_prompt_len() for seq in seqs], dtype=np.int64),
-            seq_lens=np.array([seq.get_len() for seq in seqs], dtype=np.int64),
-            output_token_ids=[seq.output_token_ids for seq in seqs])
-        return LogitsProcessorBatch.build(params, histories, self.eos_token_id, self.input_batch.max_model_len)
+            prompt_lens=self.input_batch.prompt_lens[history_rows], seq_lens=seq_lens,
+            output_token_ids=OutputLists(scheduled.sample_data))
+        return LogitsProcessorBatch.build(scheduled.sample_params, histories, self.eos_token_id,
+                                          self.input_batch.max_model_len)
 
     @staticmethod
     def _encoder_inputs(prefill_list: List[SequenceGroupMetadata],

@@ -33,12 +33,16 @@ Pairs = Tuple[np.ndarray, np.ndarray]
 
 def needs_logits_processing(params: SamplingParams, output_len: int) -> bool:
     """Whether a row with these params and this many outputs has anything to process (the fast-path test)."""
+    return always_processed(params) or output_len < params.min_tokens
+
+
+def always_processed(params: SamplingParams) -> bool:
+    """Whether rows with these params have something to process at every length (all but the min_tokens ban)."""
     return (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
             or params.no_repeat_ngram_size > 0 or bool(params.bad_words_ids) or bool(params._bad_words_token_ids)
             or params.forced_bos_token_id is not None or params.forced_eos_token_id is not None
             or bool(params.suppress_tokens) or bool(params.begin_suppress_tokens) or bool(params.logit_bias)
-            or params.allowed_token_ids is not None or bool(params.logits_processors)
-            or output_len < params.min_tokens)
+            or params.allowed_token_ids is not None or bool(params.logits_processors))
 
 
 @dataclasses.dataclass
@@ -60,10 +64,9 @@ class LogitsProcessorBatch:
               max_model_len: Optional[int] = None) -> Optional["LogitsProcessorBatch"]:
         """None when no row has anything to process (then nothing else is built)."""
         output_lens = histories.output_lens
-        active = [i for i, p in enumerate(params) if needs_logits_processing(p, int(output_lens[i]))]
-        if not active:
+        groups = collect.active_groups(params, output_lens, always_processed)
+        if not groups:
             return None
-        groups = collect.group_rows(params, active)
         batch = cls(
             repetition=collect.repetition(groups, histories),
             presence_frequency=collect.presence_frequency(groups, histories),
@@ -72,8 +75,8 @@ class LogitsProcessorBatch:
             forced=collect.forced(groups, histories, max_model_len, eos_token_id),
             bans_after_forcing=collect.suppress_bans(groups, histories),
             logit_bias=collect.logit_bias(groups), allowed=collect.allowed(groups),
-            callables=[(i, histories.output_token_ids[i], params[i].logits_processors)
-                       for i in active if params[i].logits_processors],
+            callables=sorted((int(i), histories.output_token_ids[i], p.logits_processors)
+                             for p, rows in groups if p.logits_processors for i in rows),
             min_tokens_bans=collect.min_tokens_bans(groups, output_lens, eos_token_id))
         return None if batch.is_empty() else batch
 

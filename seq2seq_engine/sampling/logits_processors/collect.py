@@ -6,7 +6,7 @@ array operations. Each function returns None when no row uses its processor.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,11 +23,32 @@ def _ids(values) -> np.ndarray:
 
 
 def group_rows(params: Sequence[SamplingParams], rows: Sequence[int]) -> Groups:
-    """The given rows grouped by SamplingParams object, as (params, row indices)."""
+    """The given rows grouped by SamplingParams object, as (params, row indices), in order of first row."""
     by_id: Dict[int, Tuple[SamplingParams, List[int]]] = {}
-    for i in rows:
-        by_id.setdefault(id(params[i]), (params[i], []))[1].append(i)
+    rows = list(rows)
+    start = 0
+    for index in range(1, len(rows) + 1):   # runs of rows sharing one object are added at once
+        if index == len(rows) or params[rows[index]] is not params[rows[start]]:
+            first = params[rows[start]]
+            by_id.setdefault(id(first), (first, []))[1].extend(rows[start:index])
+            start = index
     return [(p, _ids(r)) for p, r in by_id.values()]
+
+
+def active_groups(params: Sequence[SamplingParams], output_lens: np.ndarray,
+                  always_processed: Callable[[SamplingParams], bool]) -> Groups:
+    """`group_rows` of the rows with something to process: every row of a params object that `always_processed`
+    accepts, else those with fewer than its min_tokens outputs. Each object is judged once, however many rows
+    share it."""
+    groups: Groups = []
+    for p, rows in group_rows(params, range(len(params))):
+        if not always_processed(p):
+            if p.min_tokens <= 0:
+                continue
+            rows = rows[output_lens[rows] < p.min_tokens]
+        if len(rows):
+            groups.append((p, rows))
+    return groups
 
 
 def concat_pairs(*parts: Optional[Pairs]) -> Optional[Pairs]:

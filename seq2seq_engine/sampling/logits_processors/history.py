@@ -59,3 +59,16 @@ class TokenHistories:
         positions = seq_lens[:, None] - length + np.arange(length)[None, :]
         ids = self.table[self.table_rows[rows][:, None], np.clip(positions, 0, None)]
         return ids, seq_lens >= length
+
+
+class OutputLists(Sequence):
+    """The output token lists of some sequences, read only when asked for (by user logits processors)."""
+
+    def __init__(self, seq_data: Sequence) -> None:
+        self._seq_data = seq_data
+
+    def __len__(self) -> int:
+        return len(self._seq_data)
+
+    def __getitem__(self, index):
+        return self._seq_data[index].output_token_ids
