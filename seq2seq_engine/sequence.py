@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, List, Optional
 
 from seq2seq_engine.inputs.data import EncoderDecoderInputs, SingletonInputs
@@ -44,7 +43,7 @@ class Sequence:
     @property
     def n_blocks(self) -> int:
         """Blocks needed to hold K/V for every token of the sequence."""
-        return math.ceil(self.data.get_len() / self.block_size)
+        return -(-self.data.get_len() // self.block_size)
 
     def get_len(self) -> int:
         return self.data.get_len()

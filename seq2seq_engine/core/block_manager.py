@@ -176,7 +176,7 @@ class BlockSpaceManager(BlockSwapping):
 
     def _blocks_to_append(self, seq: Sequence) -> int:
         table = self.block_tables[seq.seq_id]
-        missing = -(-seq.data.get_len() // self.block_size) - len(table)
+        missing = seq.n_blocks - len(table)
         if missing > 0:
             return missing
         return 1 if table and table[-1].ref_count > 1 else 0
@@ -186,7 +186,7 @@ class BlockSpaceManager(BlockSwapping):
         table = self.block_tables[seq.seq_id]
         cached = self._self_numbers.get(seq.seq_id)
         numbers = cached[1] if cached is not None and cached[0] is table else None
-        num_blocks = -(-seq.data.get_len() // self.block_size)
+        num_blocks = seq.n_blocks
         while len(table) < num_blocks:
             table.append(self.gpu_allocator.allocate())
             if numbers is not None:

@@ -33,10 +33,11 @@ class OutputProcessor:
         finished_seq_ids = []
         for scheduled in scheduler_outputs.scheduled_seq_groups:
             seq_group = scheduled.seq_group
-            if self._process_single(seq_group, scheduled.token_chunk_size, row_of_seq, columns, prompt_chunks):
-                if seq_group.first_seq.status >= FIRST_FINISHED:
-                    self.scheduler.free_seq(seq_group.first_seq)
-                    finished_seq_ids.append(seq_group.first_seq.seq_id)
+            single = self._process_single(seq_group, scheduled.token_chunk_size, row_of_seq, columns, prompt_chunks)
+            if single is not None:
+                if single.status >= FIRST_FINISHED:
+                    self.scheduler.free_seq(single)
+                    finished_seq_ids.append(single.seq_id)
                 continue
             seq_group.update_num_computed_tokens(scheduled.token_chunk_size)
             if seq_group.request_id in prompt_chunks:
@@ -55,20 +56,20 @@ class OutputProcessor:
         return finished_seq_ids
 
     def _process_single(self, seq_group: SequenceGroup, num_computed: int, row_of_seq: Dict[int, int],
-                        columns: "SampledColumns", prompt_chunks: dict) -> bool:
-        """The common case of `process` for a request of one running sequence without beams or prompt logprobs;
-        False (nothing done) for any other."""
+                        columns: "SampledColumns", prompt_chunks: dict) -> Optional[Sequence]:
+        """The common case of `process` for a request of one running sequence without beams or prompt logprobs:
+        returns that sequence, updated; None (nothing done) for any other request."""
         seqs = seq_group.seqs_dict
         if len(seqs) != 1 or seq_group.beam_search is not None or prompt_chunks:
-            return False
+            return None
         seq = next(iter(seqs.values()))
         if seq.status is not SequenceStatus.RUNNING:
-            return False
+            return None
         seq.data.update_num_computed_tokens(num_computed)
         row = row_of_seq.get(seq.seq_id)
         if row is not None:   # a prompt chunk that does not end the prompt samples nothing
             self._append(seq, seq_group.sampling_params, columns, row)
-        return True
+        return seq
 
     def _append(self, seq: Sequence, params, columns: "SampledColumns", row: int) -> None:
         token_id = columns.token_ids[row]

@@ -71,7 +71,7 @@ class SamplingMetadata:
         device = torch.device(device)
         temperatures, top_ps, top_ks, min_ps, row_generators = [], [], [], [], []
         random_rows, filtered_rows, plain_rows, max_num_logprobs = [], [], [], 0
-        for p, start, end in _runs(params):
+        for p, start, end in identity_runs(params):
             count = end - start
             is_greedy = p.sampling_type == SamplingType.GREEDY
             temperatures += [1.0 if is_greedy else float(p.temperature)] * count
@@ -96,7 +96,7 @@ class SamplingMetadata:
             device=device)
 
 
-def _runs(items: Sequence) -> List[Tuple[object, int, int]]:
+def identity_runs(items: Sequence) -> List[Tuple[object, int, int]]:
     """(item, start, end) of each run of consecutive entries that are one object."""
     runs, start = [], 0
     for index in range(1, len(items) + 1):

@@ -13,12 +13,17 @@ def _decoding(bm, request_id, dec_len, enc_len):
     return group
 
 
+def _first_decode(bm):
+    """(group, its sequence, the StepMetadata, the records of its first decode step) of a 3-token decoder prompt
+    over a 5-token encoder input."""
+    group = _decoding(bm, "r", 3, 5)
+    metadata = StepMetadata(bm)
+    return group, group.first_seq, metadata, metadata.single_decode(group, group.first_seq)
+
+
 def test_kept_between_steps_and_lists_follow_appends():
     bm = make_manager()
-    group = _decoding(bm, "r", 3, 5)
-    seq = group.first_seq
-    metadata = StepMetadata(bm)
-    first = metadata.single_decode(group, seq)
+    group, seq, metadata, first = _first_decode(bm)
     assert first.scheduled.token_chunk_size == 1 and not first.scheduled.is_prompt
     for _ in range(3):   # 3 -> 6 tokens: a second block (block size 4)
         grow(seq)
@@ -47,10 +52,7 @@ def test_copy_on_write_updates_the_kept_list():
 
 def test_swap_and_forget_rebuild():
     bm = make_manager()
-    group = _decoding(bm, "r", 3, 5)
-    seq = group.first_seq
-    metadata = StepMetadata(bm)
-    first = metadata.single_decode(group, seq)
+    group, seq, metadata, first = _first_decode(bm)
     bm.swap_out(group)
     seq.status = SequenceStatus.SWAPPED
     bm.swap_in(group)

@@ -31,11 +31,6 @@ from seq2seq_engine.sampling_params import SamplingParams
 Pairs = Tuple[np.ndarray, np.ndarray]
 
 
-def needs_logits_processing(params: SamplingParams, output_len: int) -> bool:
-    """Whether a row with these params and this many outputs has anything to process (the fast-path test)."""
-    return always_processed(params) or output_len < params.min_tokens
-
-
 def always_processed(params: SamplingParams) -> bool:
     """Whether rows with these params have something to process at every length (all but the min_tokens ban)."""
     return (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0

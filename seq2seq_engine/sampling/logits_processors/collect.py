@@ -12,6 +12,7 @@ import numpy as np
 
 from seq2seq_engine.sampling.logits_processors.history import TokenHistories
 from seq2seq_engine.sampling.logits_processors.matching import bad_words_bans, no_repeat_ngram_bans
+from seq2seq_engine.sampling.metadata import identity_runs
 from seq2seq_engine.sampling_params import SamplingParams
 
 Pairs = Tuple[np.ndarray, np.ndarray]
@@ -26,12 +27,8 @@ def group_rows(params: Sequence[SamplingParams], rows: Sequence[int]) -> Groups:
     """The given rows grouped by SamplingParams object, as (params, row indices), in order of first row."""
     by_id: Dict[int, Tuple[SamplingParams, List[int]]] = {}
     rows = list(rows)
-    start = 0
-    for index in range(1, len(rows) + 1):   # runs of rows sharing one object are added at once
-        if index == len(rows) or params[rows[index]] is not params[rows[start]]:
-            first = params[rows[start]]
-            by_id.setdefault(id(first), (first, []))[1].extend(rows[start:index])
-            start = index
+    for first, start, end in identity_runs([params[i] for i in rows]):   # a run of rows is added at once
+        by_id.setdefault(id(first), (first, []))[1].extend(rows[start:end])
     return [(p, _ids(r)) for p, r in by_id.values()]
 
 
