@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--bart-new-tokens", type=int, default=None)
     parser.add_argument("--hf-batch", type=int, default=None, help="documents per HF generate call (64)")
     parser.add_argument("--enforce-eager", action="store_true", help="our engine without CUDA graphs")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="our engine launching each decode step before the previous one's tokens reach the host")
     parser.add_argument("--kv-cache-dtype", default="auto", help="our KV cache's dtype: auto (the model's) or fp8")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--profile", action="store_true",

@@ -56,29 +56,47 @@ class StepTimer:
         self.seconds = {name: 0.0 for name in ("compute",) + PHASES}
 
 
-def measure(name: str, llm, run: Callable[[], List[List[int]]], rounds: int) -> Dict[str, float]:
-    """Of `rounds` runs (after a warm-up), the one with the least host CPU time: wall, model compute and host
-    milliseconds per step (host wall: wall minus compute; host CPU: the engine thread's CPU time outside the model,
-    which a loaded machine inflates far less)."""
-    timer = StepTimer(llm)
-    run()
-    best = None
+def _round(timer: StepTimer, run: Callable[[], List[List[int]]]) -> Dict[str, float]:
+    timer.reset()
+    start, start_cpu = time.perf_counter(), time.thread_time()
+    tokens = run()
+    wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
+    return dict(wall_s=wall, steps=timer.steps, compute_ms_per_step=1e3 * timer.compute_s / timer.steps,
+                host_ms_per_step=1e3 * (wall - timer.compute_s) / timer.steps,
+                host_cpu_ms_per_step=1e3 * (cpu - timer.compute_cpu_s) / timer.steps,
+                phases_ms_per_step=[1e3 * timer.seconds[phase] / timer.steps for phase in PHASES],
+                tokens=sum(len(t) for t in tokens), token_ids=tokens)
+
+
+def measure(name: str, llms: Dict[str, object], run: Callable[[object], List[List[int]]],
+            rounds: int) -> Dict[str, Dict[str, float]]:
+    """Per engine of `llms` (label: LLM), of `rounds` runs (after a warm-up; the engines' rounds interleaved) the
+    one with the least host CPU time: wall, model compute and host milliseconds per step (host wall: wall minus
+    compute; host CPU: the engine thread's CPU time outside the model, which a loaded machine inflates far less)."""
+    timers = {label: StepTimer(llm) for label, llm in llms.items()}
+    for llm in llms.values():
+        run(llm)
+    best: Dict[str, Dict[str, float]] = {}
     for _ in range(rounds):
-        timer.reset()
-        start, start_cpu = time.perf_counter(), time.thread_time()
-        tokens = run()
-        wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
-        row = dict(wall_s=wall, steps=timer.steps, compute_ms_per_step=1e3 * timer.compute_s / timer.steps,
-                   host_ms_per_step=1e3 * (wall - timer.compute_s) / timer.steps,
-                   host_cpu_ms_per_step=1e3 * (cpu - timer.compute_cpu_s) / timer.steps,
-                   phases_ms_per_step=[1e3 * timer.seconds[phase] / timer.steps for phase in PHASES],
-                   tokens=sum(len(t) for t in tokens))
-        print(f"  {name}: wall {wall:.3f} s, {row['steps']} steps, compute {row['compute_ms_per_step']:.2f} ms/step, "
-              f"host {row['host_ms_per_step']:.2f} ms/step (CPU {row['host_cpu_ms_per_step']:.2f})", file=sys.stderr)
-        if best is None or row["host_cpu_ms_per_step"] < best["host_cpu_ms_per_step"]:
-            best = row
-    best["token_ids"] = tokens
-    return best
+        for label, llm in llms.items():
+            row = _round(timers[label], lambda: run(llm))
+            print(f"  {name}{label}: wall {row['wall_s']:.3f} s, {row['steps']} steps, compute "
+                  f"{row['compute_ms_per_step']:.2f} ms/step, host {row['host_ms_per_step']:.2f} ms/step "
+                  f"(CPU {row['host_cpu_ms_per_step']:.2f})", file=sys.stderr)
+            if label not in best or row["host_cpu_ms_per_step"] < best[label]["host_cpu_ms_per_step"]:
+                best[label] = row
+    return {f"{name}{label}": row for label, row in best.items()}
+
+
+def _engines(setup, model_dir: str, args, compare_async: bool) -> Dict[str, object]:
+    """The engine of `setup`, and with `compare_async` a second one on the same weights and pool size scheduling
+    asynchronously."""
+    llms = {"": setup.ours}
+    if compare_async:
+        blocks = setup.ours.llm_engine.cache_config.num_gpu_blocks
+        llms[", async"] = gw.load_ours(model_dir, argparse.Namespace(**{**vars(args), "async_scheduling": True}),
+                                       args.dtype, blocks)
+    return llms
 
 
 def main() -> None:
@@ -89,23 +107,29 @@ def main() -> None:
     parser.add_argument("--bart-docs", type=int, default=256)
     parser.add_argument("--bart-new-tokens", type=int, default=64)
     parser.add_argument("--tokens-out", help="write every request's generated token ids to this JSON file")
+    parser.add_argument("--async-scheduling", action="store_true", help="the engine scheduling asynchronously")
+    parser.add_argument("--compare-async", action="store_true",
+                        help="each workload also on an engine scheduling asynchronously, rounds interleaved")
     cli = parser.parse_args()
     if cli.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {cli.rounds}")
     args = gw.tiny_cpu_args(max_batch=max(cli.whisper_windows, cli.bart_docs),
                             whisper_new_tokens=cli.whisper_new_tokens, bart_new_tokens=cli.bart_new_tokens,
-                            bart_docs=cli.bart_docs, bart_min_len=32, bart_max_len=96)
+                            bart_docs=cli.bart_docs, bart_min_len=32, bart_max_len=96,
+                            async_scheduling=cli.async_scheduling)
     rows = {}
     with tempfile.TemporaryDirectory() as workdir:
         whisper = gw.whisper_setup(args, f"{workdir}/whisper")
         features = gw.whisper_features(args, cli.whisper_windows)
-        rows[f"whisper {cli.whisper_windows}x{cli.whisper_new_tokens}"] = measure(
-            "whisper", whisper.ours, lambda: gw.whisper_ours(whisper.ours, features, cli.whisper_new_tokens),
-            cli.rounds)
+        rows.update(measure(
+            f"whisper {cli.whisper_windows}x{cli.whisper_new_tokens}",
+            _engines(whisper, f"{workdir}/whisper", args, cli.compare_async),
+            lambda llm: gw.whisper_ours(llm, features, cli.whisper_new_tokens), cli.rounds))
         documents = gw.bart_documents(args)
         bart = gw.bart_setup(args, f"{workdir}/bart", documents)
-        rows[f"bart {cli.bart_docs}x{cli.bart_new_tokens}"] = measure(
-            "bart", bart.ours, lambda: gw.bart_ours(bart.ours, documents, cli.bart_new_tokens), cli.rounds)
+        rows.update(measure(
+            f"bart {cli.bart_docs}x{cli.bart_new_tokens}", _engines(bart, f"{workdir}/bart", args, cli.compare_async),
+            lambda llm: gw.bart_ours(llm, documents, cli.bart_new_tokens), cli.rounds))
     if cli.tokens_out:
         with open(cli.tokens_out, "w") as out:
             json.dump({name: row.pop("token_ids") for name, row in rows.items()}, out)

@@ -6,13 +6,16 @@
 #   cuda     the CUDA correctness tests                  pytest tests/cuda
 #   bench    the throughput benchmark against HF         python -m benchmarks.gpu_throughput
 #   fp8      the same for Whisper with a float8 KV cache  python -m benchmarks.gpu_throughput --kv-cache-dtype fp8
+#   async    the same with asynchronous scheduling        python -m benchmarks.gpu_throughput --async-scheduling
+#   host     the host time per step, sync and async    python -m benchmarks.host_overhead --compare-async
 #   other    every other test marked cuda                pytest -m "cuda and not gpu_kernel" (their folders)
 #   sweep    the decode kernel's settings against SDPA   python -m benchmarks.gpu_decode_kernel
 # STEPS picks some, in that order (default: all), e.g. STEPS="sweep bench" BENCH_ARGS="--profile".
 # Everything is tee'd to $OUT/gpu_check.log; $OUT also gets the JUnit XML of the tests and gpu_throughput.json.
 # Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
 # the benchmark with --tiny --device cpu. Usage: OUT=/tmp/gpuout bash scripts/gpu_check.sh
-# Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT, BENCH_TIMEOUT, FP8_TIMEOUT, OTHER_TIMEOUT, SWEEP_TIMEOUT;
+# TOTAL_BUDGET (seconds, default 480) bounds the whole run. Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT, BENCH_TIMEOUT, ASYNC_TIMEOUT, FP8_TIMEOUT, HOST_TIMEOUT,
+# OTHER_TIMEOUT, SWEEP_TIMEOUT;
 # BENCH_ARGS adds benchmark flags.
 set -uo pipefail
 
@@ -29,10 +32,21 @@ declare -a SUMMARY=()
 
 say() { echo "$@" | tee -a "$LOG"; }
 
+# The whole check stays within TOTAL_BUDGET seconds (default 8 minutes): a step's time box is cut to what is left,
+# and a step with under 20 s left is skipped.
+DEADLINE=$(($(date +%s) + ${TOTAL_BUDGET:-480}))
+
 # step NAME SECONDS COMMAND...: runs COMMAND under `timeout`, output tee'd to the log, and records its status
 step() {
-    local name=$1 seconds=$2 start status
+    local name=$1 seconds=$2 start status left
     shift 2
+    left=$((DEADLINE - $(date +%s)))
+    if ((left < 20)); then
+        SUMMARY+=("$name: SKIPPED (${left} s of the total budget left)")
+        say "=== $name: SKIPPED (${left} s of the total budget left)"
+        return 0
+    fi
+    ((seconds > left)) && seconds=$left
     say ""
     say "=== $name (time box ${seconds} s): $*"
     start=$(date +%s)
@@ -93,7 +107,7 @@ PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 # on a GPU only the compiled (CUDA) cases: the interpreted ones run on the CPU in CI
 KERNEL_FILTER=()
 if [[ $GPU == 1 ]]; then KERNEL_FILTER=(-k "not cpu"); fi
-STEPS=" ${STEPS:-kernels cuda bench fp8 other sweep} "
+STEPS=" ${STEPS:-kernels cuda bench async fp8 host other sweep} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m gpu_kernel "${KERNEL_FILTER[@]}" \
     --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py tests/kernels/test_lora_kernels.py
@@ -105,6 +119,12 @@ if [[ $GPU == 1 ]]; then
     wants fp8 && step "gpu throughput, fp8 KV cache" "${FP8_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_throughput \
         --workloads whisper --kv-cache-dtype fp8 --out "$OUT/gpu_throughput_fp8.json"
 fi
+# our engine scheduling each decode step before the previous one's tokens reach the host, against HF
+wants async && step "gpu throughput, async scheduling" "${ASYNC_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput \
+    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_async.json}" --async-scheduling
+# the host's share of a step on the tiny models (this machine's CPU), without and with asynchronous scheduling
+wants host && step "host time per step" "${HOST_TIMEOUT:-90}" "$PYTHON" -m benchmarks.host_overhead --rounds 2 \
+    --compare-async
 # the folders that hold tests marked cuda outside tests/cuda (others need packages the GPU image lacks)
 wants other && step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not gpu_kernel" \
     --junitxml="$OUT/other_cuda_tests.xml" tests/attention tests/platforms tests/worker tests/kernels

@@ -166,6 +166,9 @@ class SchedulerConfig:
     max_beam_width: Optional[int] = None
     # Distinct LoRA adapters the running requests may hold (the device slots); 0: LoRA off, no limit.
     max_loras: int = 0
+    # vLLM's name: a decode step is scheduled and launched before the previous step's tokens reach the host
+    # (engine/async_scheduling.py); outputs are the same as without it.
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)

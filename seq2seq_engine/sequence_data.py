@@ -34,6 +34,11 @@ _FINISH_REASONS = {
 }
 
 
+# The token id held, under asynchronous scheduling, where a token sampled by a step still running will go
+# (engine/async_scheduling.py): never a real id, so a step that read it instead of the fed token fails loudly.
+PLACEHOLDER_TOKEN_ID = -1
+
+
 class SequenceStage(enum.Enum):
     PREFILL = enum.auto()
     DECODE = enum.auto()
@@ -52,6 +57,21 @@ class SequenceData:
     def append_token_id(self, token_id: int, logprob: float) -> None:
         self.output_token_ids.append(token_id)
         self.cumulative_logprob += logprob
+
+    def append_placeholder(self) -> None:
+        """The last token's K/V is being computed and the token it samples is not known yet: count the last token
+        computed and hold PLACEHOLDER_TOKEN_ID for the next."""
+        self.update_num_computed_tokens(1)
+        self.output_token_ids.append(PLACEHOLDER_TOKEN_ID)
+
+    def drop_placeholder(self) -> bool:
+        """Undo `append_placeholder` (the sampled token is about to be appended as a synchronous step would);
+        False, changing nothing, when the sequence holds no placeholder."""
+        if not self.output_token_ids or self.output_token_ids[-1] != PLACEHOLDER_TOKEN_ID:
+            return False
+        self.output_token_ids.pop()
+        self._num_computed_tokens -= 1
+        return True
 
     def get_len(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)

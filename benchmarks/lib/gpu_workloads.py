@@ -61,11 +61,13 @@ def _build_hf(model_class, config, device: str, dtype: torch.dtype, seed: int):
     return model.eval()
 
 
-def _load_ours(model_dir: str, args, dtype: str, num_blocks: int) -> Any:
+def load_ours(model_dir: str, args, dtype: str, num_blocks: int) -> Any:
     kwargs = dict(dtype=dtype, device=args.device, skip_tokenizer_init=True, num_gpu_blocks_override=num_blocks,
                   swap_space_gb=0.1, max_num_seqs=max(256, args.max_batch))
     if args.enforce_eager:
         kwargs["enforce_eager"] = True
+    if getattr(args, "async_scheduling", False):
+        kwargs["async_scheduling"] = True
     if args.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = args.kv_cache_dtype
     if args.max_num_batched_tokens:
@@ -85,7 +87,7 @@ def _setup(model_class, config, model_dir: str, args, num_blocks: int, configure
     hf.save_pretrained(model_dir)
     seconds["save"] = time.perf_counter() - start
     start = time.perf_counter()
-    ours = _load_ours(model_dir, args, args.dtype, num_blocks)
+    ours = load_ours(model_dir, args, args.dtype, num_blocks)
     seconds["load_ours"] = time.perf_counter() - start
     return Setup(hf, ours, seconds)
 

@@ -6,6 +6,7 @@ from typing import Deque, Iterable, List, Tuple, Union
 
 from seq2seq_engine.config import CacheConfig, SchedulerConfig
 from seq2seq_engine.core.block_manager import AllocStatus, BlockSpaceManager
+from seq2seq_engine.core.run_ahead import can_schedule_ahead
 from seq2seq_engine.core.scheduler_outputs import (AdapterBudget, ScheduledSequenceGroup, SchedulerOutputs,
                                                    SchedulingBudget, StepState, too_long_reason)
 from seq2seq_engine.core.step_metadata import StepMetadata
@@ -35,6 +36,12 @@ class Scheduler:
 
     def has_unfinished_seqs(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
+
+    def can_schedule_ahead(self) -> bool:
+        """Whether the next step can be scheduled before the running step's tokens are known (core/run_ahead.py)."""
+        config = self.scheduler_config
+        return can_schedule_ahead(self.running, len(self.waiting), len(self.swapped),
+                                  self.block_manager.get_num_free_gpu_blocks(), config.max_num_batched_tokens)
 
     def get_num_unfinished_seq_groups(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.swapped)

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional
 
 from seq2seq_engine.config import CacheConfig, DeviceConfig, EngineConfig, SchedulerConfig, model_config_from_hf
 from seq2seq_engine.lora_request import LoRAConfig
 from seq2seq_engine.models.int8 import int8_unsupported_reason
+from seq2seq_engine.platforms import current_platform
 from seq2seq_engine.platforms.cpu_memory import cpu_max_batched_tokens
 from seq2seq_engine.platforms.cuda import CUDA_MAX_BATCHED_TOKENS
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -42,6 +46,9 @@ class EngineArgs:
     max_loras: int = 1
     max_lora_rank: int = 16
     max_cpu_loras: Optional[int] = None
+    # vLLM's name: launch each decode step before the previous one's tokens reach the host (off: it only pays where
+    # a device runs beside the host; docs/decisions.md)
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -72,9 +79,25 @@ class EngineArgs:
             max_num_batched_tokens=max_batched, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             max_encoder_len=max_encoder_len, policy=self.policy, preemption_mode=self.preemption_mode,
             enable_chunked_prefill=self.enable_chunked_prefill, max_beam_width=self.max_beam_width,
-            max_loras=lora_config.max_loras if lora_config else 0)
+            max_loras=lora_config.max_loras if lora_config else 0, async_scheduling=self.async_scheduling)
         cache_config = CacheConfig(block_size=self.block_size, kv_cache_space_gb=self.kv_cache_space_gb,
                                    swap_space_gb=self.swap_space_gb, num_gpu_blocks=self.num_gpu_blocks_override,
                                    cache_dtype=self.kv_cache_dtype, enable_prefix_caching=self.enable_prefix_caching,
                                    enable_encoder_cache=self.enable_encoder_cache)
         return EngineConfig(model_config, cache_config, scheduler_config, device_config, lora_config)
+
+
+def with_compute_dtype(args: EngineArgs) -> EngineArgs:
+    """`args` with the dtype the platform computes the requested one in (bfloat16 runs in float32 on a CPU without
+    native bf16 matmuls, where emulated bf16 measured several times slower), saying so when it differs; an "auto"
+    KV cache keeps the requested dtype (its memory is what bfloat16 was asked for)."""
+    if DeviceConfig(args.device).resolved != "cpu":
+        return args
+    dtype = current_platform("cpu").compute_dtype(args.dtype)
+    if dtype == args.dtype:
+        return args
+    logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s, "
+                "its linear layers keep %s weights where they run on the panel kernel and the KV cache stays %s",
+                args.dtype, dtype, args.dtype, args.dtype)
+    kv_cache_dtype = args.dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
+    return dataclasses.replace(args, dtype=dtype, kv_cache_dtype=kv_cache_dtype)

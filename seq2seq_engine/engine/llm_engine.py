@@ -11,10 +11,11 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 
 from seq2seq_engine.beam_search_params import BeamSearchParams
-from seq2seq_engine.config import DeviceConfig, EngineConfig, cache_torch_dtype, torch_dtype
+from seq2seq_engine.config import EngineConfig, cache_torch_dtype, torch_dtype
 from seq2seq_engine.core.scheduler import Scheduler
 from seq2seq_engine.core.scheduler_outputs import SchedulerOutputs
-from seq2seq_engine.engine.arg_utils import EngineArgs
+from seq2seq_engine.engine.arg_utils import EngineArgs, with_compute_dtype
+from seq2seq_engine.engine.async_scheduling import AsyncScheduling, LaunchedStep
 from seq2seq_engine.engine.beam_output import make_beam_state
 from seq2seq_engine.engine.input_processor import InputProcessor
 from seq2seq_engine.engine.output_processor import OutputProcessor
@@ -41,6 +42,7 @@ from seq2seq_engine.tokenization.detokenizer import Detokenizer
 from seq2seq_engine.tokenization.tokenizer import get_tokenizer
 from seq2seq_engine.worker.cache_engine import CacheEngine, cache_block_bytes, num_blocks_for_bytes, profile_cuda_blocks
 from seq2seq_engine.worker.model_runner import ModelRunner
+from seq2seq_engine.worker.token_feed import TokenFeed
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,10 @@ class LLMEngine(EnginePortMethods):
             self.scheduler, StopChecker(self.model_config.max_model_len, self.model_config.eos_token_id),
             detokenizer, lambda: next(self._seq_ids))
         self._finish_scan_pending = False   # an earlier step stopped before freeing its finished requests
+        self.async_scheduler = (
+            AsyncScheduling(self._launch_step, self._finish_step, self.scheduler.can_schedule_ahead,
+                            self.model_runner.write_tokens, self.model_config.max_model_len)
+            if config.scheduler_config.async_scheduling else None)
         collect_startup_garbage()
 
     @classmethod
@@ -107,7 +113,7 @@ class LLMEngine(EnginePortMethods):
         model_dir = resolve_model_path(args.model)
         hf_config = load_config(model_dir)
         weight_dtype = torch_dtype(args.dtype)
-        args = _with_compute_dtype(args)
+        args = with_compute_dtype(args)
         config = args.create_engine_config(hf_config)
         device = torch.device(config.device_config.resolved)
         model, _ = load_model(model_dir, torch_dtype(args.dtype), device, config.model_config.quantization,
@@ -194,6 +200,8 @@ class LLMEngine(EnginePortMethods):
         request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
         seq_ids = [seq.seq_id for queue in (self.scheduler.waiting, self.scheduler.running, self.scheduler.swapped)
                    for group in queue if group.request_id in request_ids for seq in group.get_seqs()]
+        if self.async_scheduler is not None:
+            self.async_scheduler.forget(seq_ids)
         self.scheduler.abort_seq_group(request_ids)
         self.model_runner.release_seqs(seq_ids)
 
@@ -203,7 +211,8 @@ class LLMEngine(EnginePortMethods):
         return self.scheduler.reset_prefix_cache()
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_seqs()
+        pending = self.async_scheduler is not None and self.async_scheduler.has_pending
+        return self.scheduler.has_unfinished_seqs() or pending
 
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_seq_groups()
@@ -212,7 +221,14 @@ class LLMEngine(EnginePortMethods):
     def step(self, finished_only: bool = False) -> List[RequestOutput]:
         """Schedule, move cache blocks, run the model, apply the samples; outputs of the scheduled requests (with
         `finished_only`, of those that finished this step, refused or failed ones included: all an offline caller
-        reads, without building an output per running request per step)."""
+        reads, without building an output per running request per step). With async_scheduling, a step that runs
+        ahead reports its outputs at the next call (engine/async_scheduling.py)."""
+        if self.async_scheduler is not None:
+            return self.async_scheduler.step(finished_only)
+        return self._finish_step(self._launch_step(), finished_only)
+
+    def _launch_step(self, feed: Optional[TokenFeed] = None) -> LaunchedStep:
+        """Schedule and run a step (`feed`: its input tokens still on the device); its outputs are not applied."""
         metadata_list, scheduler_outputs = self.scheduler.schedule()
         self.cache_engine.swap_out(scheduler_outputs.blocks_to_swap_out)
         self.cache_engine.swap_in(scheduler_outputs.blocks_to_swap_in)
@@ -220,14 +236,21 @@ class LLMEngine(EnginePortMethods):
         sampled_seq_ids, sampler_output, failed_groups = [], None, []
         if metadata_list:
             (sampled_seq_ids, sampler_output), failed = execute_isolating_failures(
-                lambda batch: self.model_runner.execute_model(batch, self.cache_engine.device_cache), metadata_list)
+                lambda batch: self.model_runner.execute_model(batch, self.cache_engine.device_cache, feed),
+                metadata_list)
             if failed:
                 scheduler_outputs, failed_groups = self._drop_failed(scheduler_outputs, failed)
             self._mark_prefills_computed(scheduler_outputs)
+        return LaunchedStep(scheduler_outputs, sampled_seq_ids, sampler_output, failed_groups)
+
+    def _finish_step(self, launched: LaunchedStep, finished_only: bool) -> List[RequestOutput]:
+        """Apply a launched step's samples: append, stop, free the finished; the outputs `step` returns."""
+        scheduler_outputs = launched.scheduler_outputs
         # A request finishes only when one of its sequences does (or is dropped): without any, nothing is freed,
         # unless an earlier step stopped before freeing (an exception in output processing).
         scan_pending, self._finish_scan_pending = self._finish_scan_pending, True
-        finished_seq_ids = self.output_processor.process(scheduler_outputs, sampled_seq_ids, sampler_output)
+        finished_seq_ids = self.output_processor.process(scheduler_outputs, launched.sampled_seq_ids,
+                                                         launched.sampler_output)
         if finished_seq_ids or scan_pending:
             self.scheduler.free_finished_seq_groups()
         self._finish_scan_pending = False
@@ -235,7 +258,7 @@ class LLMEngine(EnginePortMethods):
         for group in scheduler_outputs.ignored_seq_groups:
             logger.warning("request %s ignored: %s", group.request_id, group.ignored_reason)
             self.model_runner.release_seqs(seq.seq_id for seq in group.get_seqs())
-        refused = scheduler_outputs.ignored_seq_groups + failed_groups
+        refused = scheduler_outputs.ignored_seq_groups + launched.failed_groups
         if finished_only and not finished_seq_ids:
             return [RequestOutput.from_seq_group(group) for group in refused if group.is_finished()]
         groups = [s.seq_group for s in scheduler_outputs.scheduled_seq_groups] + refused
@@ -264,19 +287,3 @@ class LLMEngine(EnginePortMethods):
         self.abort_request(list(failed))
         kept = [s for s in scheduler_outputs.scheduled_seq_groups if s.seq_group.request_id not in failed]
         return dataclasses.replace(scheduler_outputs, scheduled_seq_groups=kept), failed_groups
-
-
-def _with_compute_dtype(args: EngineArgs) -> EngineArgs:
-    """`args` with the dtype the platform computes the requested one in (bfloat16 runs in float32 on a CPU without
-    native bf16 matmuls, where emulated bf16 measured several times slower), saying so when it differs; an "auto"
-    KV cache keeps the requested dtype (its memory is what bfloat16 was asked for)."""
-    if DeviceConfig(args.device).resolved != "cpu":
-        return args
-    dtype = current_platform("cpu").compute_dtype(args.dtype)
-    if dtype == args.dtype:
-        return args
-    logger.info("dtype %s has no native support on this CPU (no AVX512_BF16 or AMX): the model computes in %s, "
-                "its linear layers keep %s weights where they run on the panel kernel and the KV cache stays %s",
-                args.dtype, dtype, args.dtype, args.dtype)
-    kv_cache_dtype = args.dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
-    return dataclasses.replace(args, dtype=dtype, kv_cache_dtype=kv_cache_dtype)

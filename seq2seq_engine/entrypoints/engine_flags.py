@@ -10,8 +10,8 @@ from seq2seq_engine.lora_request import LoRARequest
 
 
 def add_precision_arguments(group: Any) -> None:
-    """--dtype, --quantization, --kv-cache-dtype, --device, --enforce-eager and the KV cache switches on an argparse
-    parser or argument group."""
+    """--dtype, --quantization, --kv-cache-dtype, --device, --enforce-eager, --async-scheduling and the KV cache
+    switches on an argparse parser or argument group."""
     group.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     group.add_argument("--quantization", default=None, choices=["int8"],
                        help="int8: Linear layers on int8 weights and dynamic int8 activations (CPU, float32)")
@@ -22,6 +22,9 @@ def add_precision_arguments(group: Any) -> None:
     group.add_argument("--device", default="auto", help="auto, cpu or cuda")
     group.add_argument("--enforce-eager", action="store_true",
                        help="run every step eagerly: no CUDA graphs for decode steps (no effect on the CPU)")
+    group.add_argument("--async-scheduling", action="store_true",
+                       help="launch each decode step before the previous step's tokens reach the host (outputs "
+                            "unchanged; it pays where a GPU runs beside the host, not on the CPU)")
     group.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                        help="find full decoder blocks again by their token prefix, not computing them twice "
                             "(automatic prefix caching; default on)")
@@ -30,13 +33,13 @@ def add_precision_arguments(group: Any) -> None:
                             "table, written by one encoder run (default on)")
 
 
-# The EngineArgs / LLM keyword arguments of the KV cache switches.
-CACHE_FLAG_NAMES = ("enable_prefix_caching", "enable_encoder_cache")
+# The EngineArgs / LLM keyword arguments of the on/off switches: the KV caches and asynchronous scheduling.
+SWITCH_FLAG_NAMES = ("enable_prefix_caching", "enable_encoder_cache", "async_scheduling")
 
 
-def cache_kwargs(args: argparse.Namespace) -> Dict[str, bool]:
-    """The KV cache switches of parsed arguments as EngineArgs / LLM keyword arguments."""
-    return {name: getattr(args, name) for name in CACHE_FLAG_NAMES}
+def switch_kwargs(args: argparse.Namespace) -> Dict[str, bool]:
+    """The on/off switches of parsed arguments as EngineArgs / LLM keyword arguments."""
+    return {name: getattr(args, name) for name in SWITCH_FLAG_NAMES}
 
 
 def add_lora_arguments(group: Any) -> None:

@@ -21,8 +21,8 @@ from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 from tqdm.auto import tqdm
 
 from seq2seq_engine.engine.streaming import StreamError, stream_in_order
-from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, cache_kwargs,
-                                                     lora_kwargs, lora_request_from_args)
+from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, lora_kwargs,
+                                                     lora_request_from_args, switch_kwargs)
 from seq2seq_engine.entrypoints.ray_cli import (DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments,
                                                 generate_records_on_ray)
 from seq2seq_engine.entrypoints.task_prefix import add_prefix_argument, with_prefix
@@ -125,7 +125,7 @@ def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
                 kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
                 skip_tokenizer_init=args.skip_tokenizer_init, kv_cache_space_gb=args.kv_cache_space_gb,
-                max_num_seqs=args.max_num_seqs, **cache_kwargs(args), **lora_kwargs(args))
+                max_num_seqs=args.max_num_seqs, **switch_kwargs(args), **lora_kwargs(args))
 
 
 def _local_records(args: argparse.Namespace, prompts: List[Any], lora: Optional[LoRARequest]) -> Iterator[dict]:

@@ -30,8 +30,8 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 from seq2seq_engine.entrypoints.audio_files import AudioJob, expand_inputs, output_path
-from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, cache_kwargs,
-                                                     lora_kwargs, lora_request_from_args)
+from seq2seq_engine.entrypoints.engine_flags import (add_lora_arguments, add_precision_arguments, lora_kwargs,
+                                                     lora_request_from_args, switch_kwargs)
 from seq2seq_engine.entrypoints.live_cli import OutputClosed, add_live_arguments, check_live_arguments, run_live
 from seq2seq_engine.entrypoints.ray_cli import DEFAULT_BATCH_SIZE, add_ray_arguments, check_ray_arguments
 from seq2seq_engine.entrypoints.transcribe_flags import (add_decoding_arguments, add_subtitle_arguments,
@@ -202,7 +202,7 @@ def engine_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(dtype=args.dtype, quantization=args.quantization, device=args.device,
                 kv_cache_dtype=args.kv_cache_dtype, kv_cache_space_gb=args.kv_cache_space_gb,
                 max_num_seqs=args.max_num_seqs, swap_space_gb=args.swap_space_gb, enforce_eager=args.enforce_eager,
-                **cache_kwargs(args), **lora_kwargs(args))
+                **switch_kwargs(args), **lora_kwargs(args))
 
 
 def _results(args: argparse.Namespace, options: TranscriptionOptions,

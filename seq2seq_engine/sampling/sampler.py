@@ -16,7 +16,7 @@ On a GPU the sampler never waits for the device: index tensors go up from pinned
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -58,18 +58,38 @@ class SamplerOutput:
     # Prompt logprobs of the step's prefill chunks that asked for them (added by the model runner).
     prompt_logprobs: Optional[PromptLogprobsOutput] = None
 
+    # Set by start_host_copy: the CUDA event its copies to the host were queued before.
+    host_copy_done: Optional[Any] = None
+
     def to_host(self) -> "SamplerOutput":
         """This output with its tensors (prompt logprobs' too) on the CPU, copied without blocking and then waited
         for once: the one host sync of a GPU step. Returns self when nothing is on a CUDA device."""
+        if self.host_copy_done is not None:
+            self.host_copy_done.synchronize()   # this step's copies only, not the steps queued after it
+            return dataclasses.replace(self, host_copy_done=None)
+        moved = self._host_copies()
+        if not moved:
+            return self
+        torch.cuda.current_stream().synchronize()
+        return dataclasses.replace(self, **moved)
+
+    def start_host_copy(self) -> "SamplerOutput":
+        """This output with its tensors' copies to the host queued (not waited for); `to_host` waits for them.
+        Returns self when nothing is on a CUDA device."""
+        moved = self._host_copies()
+        if not moved:
+            return self
+        done = torch.cuda.Event()
+        done.record()
+        return dataclasses.replace(self, host_copy_done=done, **moved)
+
+    def _host_copies(self) -> dict:
         moved = _copies_to_host(self)
         prompt = self.prompt_logprobs
         prompt_moved = _copies_to_host(prompt) if prompt is not None else {}
-        if not moved and not prompt_moved:
-            return self
-        torch.cuda.current_stream().synchronize()
         if prompt_moved:
             moved["prompt_logprobs"] = dataclasses.replace(prompt, **prompt_moved)
-        return dataclasses.replace(self, **moved)
+        return moved
 
     @classmethod
     def empty(cls, device: torch.device) -> "SamplerOutput":

@@ -125,6 +125,15 @@ class InputBatch:
             self.block_table[row, num_blocks - 1] = block_table[-1]
         return row
 
+    def write_tokens(self, seq_ids: Seq[int], positions: Seq[int], token_ids: Seq[int]) -> None:
+        """Overwrite tokens at the given positions of live sequences' rows (a sequence without a row is skipped)."""
+        row_of_seq = self._row_of_seq
+        kept = [(row_of_seq[seq_id], position, token_id)
+                for seq_id, position, token_id in zip(seq_ids, positions, token_ids) if seq_id in row_of_seq]
+        if kept:
+            rows, kept_positions, kept_tokens = zip(*kept)
+            self.token_ids[list(rows), list(kept_positions)] = kept_tokens
+
     def release(self, seq_ids: Iterable[int]) -> None:
         for seq_id in seq_ids:
             row = self._row_of_seq.pop(seq_id, None)

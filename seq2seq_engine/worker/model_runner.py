@@ -23,6 +23,7 @@ from seq2seq_engine.worker.host_to_device import pack_to_device
 from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
 from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
 from seq2seq_engine.worker.scheduled_rows import Scheduled, collect
+from seq2seq_engine.worker.token_feed import TokenFeed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +80,10 @@ class ModelRunner:
         seq_ids = list(seq_ids)
         self.input_batch.release(seq_ids)
         self.prompt_logprobs.release(seq_ids)
+
+    def write_tokens(self, seq_ids: List[int], positions: List[int], token_ids: List[int]) -> None:
+        """Tokens that reached the host after their place was synced (asynchronous scheduling) into the token rows."""
+        self.input_batch.write_tokens(seq_ids, positions, token_ids)
 
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
         scheduled = collect(metadata_list, self.input_batch)
@@ -202,10 +207,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model(self, metadata_list: List[SequenceGroupMetadata],
-                      kv_caches: List[Tuple[torch.Tensor, torch.Tensor]]) -> Tuple[List[int], Optional[SamplerOutput]]:
+                      kv_caches: List[Tuple[torch.Tensor, torch.Tensor]],
+                      feed: Optional[TokenFeed] = None) -> Tuple[List[int], Optional[SamplerOutput]]:
         """Run one step; returns the sampled sequences' ids and the sampler's output for them (which also carries
-        the step's prompt logprobs, so a prompt chunk that samples nothing may still return an output)."""
+        the step's prompt logprobs, so a prompt chunk that samples nothing may still return an output). With
+        `feed`, a step of decodes only whose input tokens the previous step sampled and the host does not hold yet."""
         model_input = self.prepare_inputs(metadata_list)
+        if feed is not None:
+            if model_input.attn_metadata.num_prefills:
+                raise AssertionError("a step fed by the previous one's samples holds decodes only")
+            feed.write_inputs(model_input.input_ids, model_input.sampled_seq_ids)
         if model_input.graph_batch_size is not None:
             hidden_states = self.decode_graphs.run(model_input.graph_batch_size, kv_caches)
         else:

@@ -1,5 +1,6 @@
-"""--enable-prefix-caching / --enable-encoder-cache (and their --no- forms) on every command that builds an engine:
-on by default, and carried to the engine each path builds (here, --live, --ray replicas, the server)."""
+"""--enable-prefix-caching / --enable-encoder-cache (and their --no- forms) and --async-scheduling on every command that
+builds an engine: the caches on and asynchronous scheduling off by default, and carried to the engine each path builds
+(here, --live, --ray replicas, the server)."""
 import argparse
 
 import pytest
@@ -33,6 +34,8 @@ def test_cache_flags_on_every_command(argv, module):
     assert _switches(module.engine_kwargs(parser.parse_args(argv + ["--no-enable-encoder-cache"]))) == (True, False)
     assert _switches(module.engine_kwargs(parser.parse_args(
         argv + OFF + ["--enable-prefix-caching", "--enable-encoder-cache"]))) == (True, True)  # the last one wins
+    assert module.engine_kwargs(parser.parse_args(argv))["async_scheduling"] is False
+    assert module.engine_kwargs(parser.parse_args(argv + ["--async-scheduling"]))["async_scheduling"] is True
 
 
 class _Built(Exception):
@@ -89,7 +92,9 @@ def test_every_path_builds_its_engine_with_the_switches(argv, recorded, tmp_path
     _run(argv + model, tmp_path)
     _run(argv + model + OFF, tmp_path)
     _run(argv + model + ["--no-enable-encoder-cache"], tmp_path)
-    assert [_switches(kwargs) for kwargs in recorded] == [(True, True), (False, False), (True, False)]
+    _run(argv + model + ["--async-scheduling"], tmp_path)
+    assert [_switches(kwargs) for kwargs in recorded] == [(True, True), (False, False), (True, False), (True, True)]
+    assert [kwargs["async_scheduling"] for kwargs in recorded] == [False, False, False, True]
 
 
 def test_switched_off_caches_are_absent_from_the_engine(tmp_path):

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any, Dict, Tuple
 
-from seq2seq_engine.entrypoints.engine_flags import CACHE_FLAG_NAMES, add_precision_arguments
+from seq2seq_engine.entrypoints.engine_flags import SWITCH_FLAG_NAMES, add_precision_arguments
 from seq2seq_engine.entrypoints.openai.lora_registry import (RUNTIME_UPDATING_ENV, check_lora_modules, load_adapters,
                                                              parse_lora_module, runtime_updating_allowed)
 
@@ -90,7 +90,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     names = ("dtype", "quantization", "kv_cache_dtype", "device", "seed", "block_size", "kv_cache_space_gb",
              "swap_space_gb", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_logprobs",
              "enable_chunked_prefill", "preemption_mode", "enforce_eager", "enable_lora", "max_loras",
-             "max_lora_rank", "max_cpu_loras") + CACHE_FLAG_NAMES
+             "max_lora_rank", "max_cpu_loras") + SWITCH_FLAG_NAMES
     return {name: getattr(args, name) for name in names}
 
 

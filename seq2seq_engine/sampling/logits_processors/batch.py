@@ -40,6 +40,14 @@ def always_processed(params: SamplingParams) -> bool:
             or params.allowed_token_ids is not None or bool(params.logits_processors))
 
 
+def reads_history(params: SamplingParams) -> bool:
+    """Whether rows with these params read their earlier tokens' values (penalties, n-gram and bad-word bans, user
+    callables), not only how many there are."""
+    return (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
+            or params.no_repeat_ngram_size > 0 or bool(params.bad_words_ids) or bool(params._bad_words_token_ids)
+            or bool(params.logits_processors))
+
+
 @dataclasses.dataclass
 class LogitsProcessorBatch:
     """The processing of one step's N rows; `__call__(logits)` applies it in place and returns the tensor."""
