@@ -99,7 +99,7 @@ class LLMEngine(EnginePortMethods):
         self._finish_scan_pending = False   # an earlier step stopped before freeing its finished requests
         self.async_scheduler = (
             AsyncScheduling(self._launch_step, self._finish_step, self.scheduler.can_schedule_ahead,
-                            self.model_runner.write_tokens, self.model_config.max_model_len)
+                            lambda *tokens: self.model_runner.write_tokens(*tokens), self.model_config.max_model_len)
             if config.scheduler_config.async_scheduling else None)
         collect_startup_garbage()
 

@@ -128,17 +128,21 @@ def load_hf(case: Case, dtype: torch.dtype):
     return model.to(DEVICE).eval()
 
 
-def run_engine(model_dir: str, prompts: List[Any], dtype: str, enforce_eager: bool, kv_cache_dtype: str = "auto"):
+def run_engine(model_dir: str, prompts: List[Any], dtype: str, enforce_eager: bool, kv_cache_dtype: str = "auto",
+               async_scheduling: bool = False):
     """Greedy outputs of the engine on CUDA (EOS ignored, `MAX_TOKENS[i]` tokens for request i, top-1 logprobs);
     the engine and its KV pool are freed before returning."""
     llm = LLM(model_dir, skip_tokenizer_init=True, dtype=dtype, device=DEVICE, enforce_eager=enforce_eager,
-              num_gpu_blocks_override=1024, swap_space_gb=0.05, max_num_seqs=16, kv_cache_dtype=kv_cache_dtype)
+              num_gpu_blocks_override=1024, swap_space_gb=0.05, max_num_seqs=16, kv_cache_dtype=kv_cache_dtype,
+              async_scheduling=async_scheduling)
     key_cache = llm.llm_engine.cache_engine.device_cache[0][0]
     cache_dtype = torch.float8_e4m3fn if kv_cache_dtype == "fp8" else getattr(torch, dtype)
     assert (key_cache.device.type, key_cache.dtype) == (DEVICE, cache_dtype)
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, logprobs=0)
               for n in MAX_TOKENS[:len(prompts)]]
     outputs = llm.generate(prompts, params, use_tqdm=False)
+    if async_scheduling:
+        run_engine.steps_ahead = llm.llm_engine.async_scheduler.steps_ahead
     for output, max_tokens in zip(outputs, MAX_TOKENS):
         assert len(output.outputs[0].token_ids) == max_tokens and output.outputs[0].finish_reason == "length"
     del llm, key_cache

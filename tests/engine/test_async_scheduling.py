@@ -1,7 +1,8 @@
 """Asynchronous scheduling changes no output: every family (BART, T5, Whisper, Llama) gives the same tokens and
 log-probs with it on and off for greedy and seeded sampling with EOS and mixed length caps, beam search, n > 1, stop
-tokens, preemption by recompute and by swap in a pool too small for the batch; steps really run ahead; an abort
-between steps reports real tokens only and leaves the others' outputs and the pool's blocks as without it."""
+tokens and stop strings (with their text), preemption by recompute and by swap in a pool too small for the batch;
+steps really run ahead; an abort between steps reports real tokens only and leaves the others' outputs and the pool's
+blocks as without it."""
 import pytest
 import torch
 from hf_reference import build_tiny_model
@@ -146,5 +147,30 @@ def test_streamed_outputs_and_an_abort(models, arch):
         if request_id != "2":
             assert outputs[-1].finished and list(outputs[-1].outputs[0].token_ids) == list(final)
     assert not streamed["2"][-1].finished    # aborted after its fifth step: never reported finished
+    assert llm.llm_engine.async_scheduler.steps_ahead > 0
+    _assert_no_leak(llm.llm_engine)
+
+
+def test_stop_strings_and_detokenized_text_as_without(bart_with_tokenizer):
+    """Stop strings taken from the middle of each request's free-running text: it stops there, text cut the same,
+    whether the step after the stop had already been launched or not."""
+    model_dir = bart_with_tokenizer[0]
+    prompts = ["the quick brown fox", "a b c d e f", "hello world again", "numbers one two three"]
+
+    def run(flag, stops):
+        llm = LLM(model_dir, kv_cache_space_gb=0.02, block_size=4, seed=0, async_scheduling=flag)
+        params = [SamplingParams(temperature=1.0, seed=i, max_tokens=16, stop=stop, include_stop_str_in_output=i % 2)
+                  for i, stop in enumerate(stops)]
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        return llm, [(o.outputs[0].text, list(o.outputs[0].token_ids), o.outputs[0].finish_reason,
+                      o.outputs[0].stop_reason) for o in outputs]
+
+    _, free = run(False, [[] for _ in prompts])
+    stops = [[text[len(text) // 2:len(text) // 2 + 3]] if len(text) > 6 else [] for text, *_ in free]
+    assert sum(bool(s) for s in stops) >= 3
+    _, expected = run(False, stops)
+    assert sum(reason == "stop" for _, _, reason, _ in expected) >= 3
+    llm, got = run(True, stops)
+    assert got == expected
     assert llm.llm_engine.async_scheduler.steps_ahead > 0
     _assert_no_leak(llm.llm_engine)

@@ -188,3 +188,18 @@ def test_every_step_tensor_reaches_the_device(bart):
     for name, tensor in _tensors(prefill_input) + _tensors(decode_input):
         assert tensor.device.type == "meta", name
     assert len(_tensors(prefill_input)) >= 8 and len(_tensors(decode_input)) >= 7
+
+
+def test_fed_tokens_reach_the_padded_graph_inputs(tmp_path):
+    """Asynchronous scheduling through the graph path: each step's pending tokens are written into the static
+    inputs, so the tokens equal the synchronous eager run's."""
+    model_dir, _ = build_tiny_model("bart", tmp_path)
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in _prompts(5, 3)]
+    params = [SamplingParams(temperature=0.0, max_tokens=4 + 2 * i, ignore_eos=True) for i in range(5)]
+    kwargs = dict(kv_cache_space_gb=0.01, block_size=8, skip_tokenizer_init=True, max_num_seqs=12)
+    expected = [o.outputs[0].token_ids for o in LLM(model_dir, **kwargs).generate(prompts, params, use_tqdm=False)]
+    llm = LLM(model_dir, async_scheduling=True, **kwargs)
+    runner = _graph_runner(llm, _Recorder())
+    outputs = _run_with(llm, runner, lambda: llm.generate(prompts, params, use_tqdm=False))
+    assert [o.outputs[0].token_ids for o in outputs] == expected
+    assert llm.llm_engine.async_scheduler.steps_ahead > 0 and runner.decode_graphs._steps
