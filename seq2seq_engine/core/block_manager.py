@@ -170,9 +170,15 @@ class BlockSpaceManager(BlockSwapping):
         needed = sum(self._blocks_to_append(seq) for seq in seq_group.get_seqs(SequenceStatus.RUNNING))
         return self.gpu_allocator.get_num_free_blocks() >= needed
 
-    def can_append_slot(self, seq: Sequence) -> bool:
-        """`can_append_slots` of a request whose only running sequence is `seq`."""
-        return self.gpu_allocator.get_num_free_blocks() >= self._blocks_to_append(seq)
+    def append_slot(self, seq: Sequence) -> Optional[List[Tuple[int, int]]]:
+        """`append_slots` of a request whose only running sequence is `seq` when the free blocks cover it (the
+        copies to make), else None, changing nothing."""
+        table = self.block_tables[seq.seq_id]
+        if seq.n_blocks <= len(table) and table and table[-1].ref_count == 1:
+            return []   # room in its own last block: nothing to take
+        if self.gpu_allocator.get_num_free_blocks() < self._blocks_to_append(seq):
+            return None
+        return self.append_slots(seq)
 
     def _blocks_to_append(self, seq: Sequence) -> int:
         table = self.block_tables[seq.seq_id]

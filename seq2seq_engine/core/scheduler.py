@@ -167,9 +167,9 @@ class Scheduler:
         if not budget.can_schedule(1, 0):
             budget.add(0, 1)  # out of budget: stays running, holds its blocks, runs next step
             return True
-        if not self.block_manager.can_append_slot(seq):
+        copies = self.block_manager.append_slot(seq)
+        if copies is None:
             return False
-        copies = self.block_manager.append_slots(seq)
         if copies:
             state.blocks_to_copy.extend(copies)
         budget.add(1, 1)

@@ -81,10 +81,15 @@ def encoder_and_cross_metadata(scheduled: Scheduled, block_size: int) -> Tuple[
                                                       kv_seqlen=encoder_lens)
     decode_lens, decode_tables, max_len = None, None, 0
     if len(scheduled.cross_tables) > num_prefills:
-        lens = scheduled.encoder_lens[num_prefills:]
-        decode_lens = torch.tensor(lens, dtype=torch.int32)
-        decode_tables = padded_table(scheduled.cross_tables[num_prefills:])
-        max_len = max(lens)
+        # a step of decodes only may reuse the previous step's lists, and then what they give (cross tables stand)
+        cached = scheduled.derived.get("cross_decode") if not num_prefills else None
+        if cached is None:
+            lens = scheduled.encoder_lens[num_prefills:]
+            cached = (torch.tensor(lens, dtype=torch.int32), padded_table(scheduled.cross_tables[num_prefills:]),
+                      max(lens))
+            if not num_prefills:
+                scheduled.derived["cross_decode"] = cached
+        decode_lens, decode_tables, max_len = cached
     cross_md = CrossAttentionMetadata(prefill_bias=prefill_bias, cross_slot_mapping=cross_slots,
                                       decode_encoder_lens=decode_lens, decode_block_tables=decode_tables,
                                       max_decode_encoder_len=max_len, prefill_block_tables=prefill_tables)

@@ -134,6 +134,32 @@ class InputBatch:
             rows, kept_positions, kept_tokens = zip(*kept)
             self.token_ids[list(rows), list(kept_positions)] = kept_tokens
 
+    def sync_decode_rows(self, seq_ids: Seq[int], rows: np.ndarray, datas: Seq[SequenceData],
+                         tables: Seq[Seq[int]]) -> None:
+        """`sync_decode` of sequences that were synced into `rows` with these same block lists at the previous step,
+        as array operations: each gained at most one token (else the row syncs alone) and blocks at the end."""
+        lens = np.array([data.get_len() for data in datas], dtype=np.int64)
+        synced = np.array([self._num_synced_tokens[row] for row in rows.tolist()], dtype=np.int64)
+        grown = lens - synced
+        if grown.min() < 0 or grown.max() > 1 or lens.max() > self.max_model_len:
+            for seq_id, data, table in zip(seq_ids, datas, tables):
+                self.sync_decode(seq_id, data, table)
+            return
+        new = np.flatnonzero(grown)
+        if len(new):
+            new_rows = rows[new]
+            self.token_ids[new_rows, synced[new]] = [datas[i].get_last_token_id() for i in new.tolist()]
+            for row, length in zip(new_rows.tolist(), lens[new].tolist()):
+                self._num_synced_tokens[row] = length
+        num_blocks = [len(table) for table in tables]
+        for i, row in enumerate(rows.tolist()):
+            if num_blocks[i] != self._num_synced_blocks[row]:
+                self.block_table[row, self._num_synced_blocks[row]:num_blocks[i]] = tables[i][
+                    self._num_synced_blocks[row]:]
+                self._num_synced_blocks[row] = num_blocks[i]
+        # the last block of each row again: a copy-on-write replaces it in place
+        self.block_table[rows, np.asarray(num_blocks) - 1] = [table[-1] for table in tables]
+
     def release(self, seq_ids: Iterable[int]) -> None:
         for seq_id in seq_ids:
             row = self._row_of_seq.pop(seq_id, None)

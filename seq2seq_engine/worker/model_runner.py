@@ -22,7 +22,7 @@ from seq2seq_engine.worker.cuda_graphs import (CudaGraphCapture, DecodeGraphs, G
 from seq2seq_engine.worker.host_to_device import pack_to_device
 from seq2seq_engine.worker.input_batch import FlatInputs, InputBatch, prepare_flat_inputs
 from seq2seq_engine.worker.prompt_logprobs import PromptLogprobPlan, PromptLogprobTracker, compute_prompt_logprobs
-from seq2seq_engine.worker.scheduled_rows import Scheduled, collect
+from seq2seq_engine.worker.scheduled_rows import RowCollector, Scheduled
 from seq2seq_engine.worker.token_feed import TokenFeed
 
 
@@ -66,6 +66,7 @@ class ModelRunner:
         self.block_size = block_size
         self.enforce_eager = enforce_eager
         self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
+        self.row_collector = RowCollector(self.input_batch)
         self.sampler = Sampler()
         self.prompt_logprobs = PromptLogprobTracker()
         self.num_encoder_runs = 0   # encoder inputs run so far (each once per distinct uncached content)
@@ -78,6 +79,8 @@ class ModelRunner:
 
     def release_seqs(self, seq_ids) -> None:
         seq_ids = list(seq_ids)
+        if seq_ids:
+            self.row_collector.forget()
         self.input_batch.release(seq_ids)
         self.prompt_logprobs.release(seq_ids)
 
@@ -86,7 +89,7 @@ class ModelRunner:
         self.input_batch.write_tokens(seq_ids, positions, token_ids)
 
     def prepare_inputs(self, metadata_list: List[SequenceGroupMetadata]) -> ModelInput:
-        scheduled = collect(metadata_list, self.input_batch)
+        scheduled = self.row_collector.collect(metadata_list)
         flat = prepare_flat_inputs(np.asarray(scheduled.rows, dtype=np.int64),
                                    np.asarray(scheduled.num_computed, dtype=np.int64),
                                    np.asarray(scheduled.num_scheduled, dtype=np.int64),
@@ -95,8 +98,7 @@ class ModelRunner:
         sampled_seq_ids = scheduled.sampled_seq_ids
         sampling = dict(
             sampled_seq_ids=sampled_seq_ids,
-            sampling_metadata=SamplingMetadata.from_columns(scheduled.sample_params, scheduled.sample_generators,
-                                                            self.device) if sampled_seq_ids else None,
+            sampling_metadata=self._sampling_metadata(scheduled) if sampled_seq_ids else None,
             logits_processors=self._logits_processors(scheduled, flat) if sampled_seq_ids else None,
             beam_rows=(scheduled.beam_rows, scheduled.num_beam_candidates) if scheduled.beam_rows else None)
         graph_batch_size = self._graph_batch_size(scheduled)
@@ -125,6 +127,14 @@ class ModelRunner:
                 [group for group in metadata_list if group.is_prompt], scheduled.num_computed[:num_prefills],
                 flat.query_start_loc[:num_prefills]), lora_rows=self._lora_rows(metadata_list, scheduled), **sampling)
         return self._to_device(model_input)
+
+    def _sampling_metadata(self, scheduled: Scheduled) -> SamplingMetadata:
+        """The sampled rows' parameters as tensors; a step that reuses the previous step's lists reuses them."""
+        metadata = scheduled.derived.get("sampling")
+        if metadata is None:
+            metadata = SamplingMetadata.from_columns(scheduled.sample_params, scheduled.sample_generators, self.device)
+            scheduled.derived["sampling"] = metadata
+        return metadata
 
     def _lora_rows(self, metadata_list: List[SequenceGroupMetadata], scheduled: Scheduled) -> Optional[dict]:
         """The step's adapters put in device slots, and the slot runs of its rows; None without LoRA."""

@@ -3,7 +3,10 @@ the sequences sampled from it with their parameters (every later part of input p
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional
+import operator
+from typing import Any, Dict, List, Optional
+
+import numpy as np
 
 from seq2seq_engine.sampling_params import SamplingParams
 from seq2seq_engine.sequence import SequenceData, SequenceGroupMetadata
@@ -31,6 +34,9 @@ class Scheduled:
     sample_data: List[SequenceData] = dataclasses.field(default_factory=list)
     beam_rows: List[int] = dataclasses.field(default_factory=list)   # sampled rows of beam-search requests
     num_beam_candidates: int = 0
+    # What later parts of input preparation derive from the lists above (e.g. padded cross tables), kept with them:
+    # a step that reuses the previous step's lists (RowCollector) reuses these too.
+    derived: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def add_samples(self, group: SequenceGroupMetadata) -> None:
         """Every sequence of `group` samples one token from its row this step."""
@@ -83,3 +89,40 @@ def collect(metadata_list: List[SequenceGroupMetadata], input_batch: InputBatch)
             scheduled.runs_encoder.append(not group.cross_computed and first_block not in claimed_tables)
             claimed_tables.add(first_block)
     return scheduled
+
+
+class RowCollector:
+    """`collect` that remembers a step of decodes only, one sequence per request: when the next step schedules the
+    same metadata objects in the same order (the scheduler keeps a decoding request's metadata while its tables
+    stand), its lists are the previous step's, and only new tokens, blocks and computed counts are read."""
+
+    def __init__(self, input_batch: InputBatch) -> None:
+        self.input_batch = input_batch
+        self._last_list: Optional[List[SequenceGroupMetadata]] = None
+        self._last: Optional[Scheduled] = None
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._tables: List[List[int]] = []
+
+    def collect(self, metadata_list: List[SequenceGroupMetadata]) -> Scheduled:
+        last_list = self._last_list
+        if (last_list is not None and len(last_list) == len(metadata_list)
+                and all(map(operator.is_, last_list, metadata_list))):
+            return self._again()
+        scheduled = collect(metadata_list, self.input_batch)
+        self._last_list = None
+        if not scheduled.num_prefills and len(scheduled.rows) == len(metadata_list) and not scheduled.beam_rows:
+            self._last_list, self._last = list(metadata_list), scheduled
+            self._rows = np.asarray(scheduled.rows, dtype=np.int64)
+            seq_ids = scheduled.sampled_seq_ids
+            self._tables = [group.block_tables[seq_id] for group, seq_id in zip(metadata_list, seq_ids)]
+        return scheduled
+
+    def forget(self) -> None:
+        """Read the next step in full (rows were released or moved)."""
+        self._last_list = None
+
+    def _again(self) -> Scheduled:
+        last = self._last
+        datas = last.sample_data
+        self.input_batch.sync_decode_rows(last.sampled_seq_ids, self._rows, datas, self._tables)
+        return dataclasses.replace(last, num_computed=[data.get_num_computed_tokens() for data in datas])
