@@ -10,7 +10,7 @@
 #   host     the host time per step, sync and async    python -m benchmarks.host_overhead --compare-async
 #   other    every other test marked cuda                pytest -m "cuda and not gpu_kernel" (their folders)
 #   sweep    the decode kernel's settings against SDPA   python -m benchmarks.gpu_decode_kernel
-# STEPS picks some, in that order (default: all), e.g. STEPS="sweep bench" BENCH_ARGS="--profile".
+# STEPS picks some, in that order (default: all but sweep), e.g. STEPS="sweep bench" BENCH_ARGS="--profile".
 # Everything is tee'd to $OUT/gpu_check.log; $OUT also gets the JUnit XML of the tests and gpu_throughput.json.
 # Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
 # the benchmark with --tiny --device cpu. Usage: OUT=/tmp/gpuout bash scripts/gpu_check.sh
@@ -107,11 +107,11 @@ PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 # on a GPU only the compiled (CUDA) cases: the interpreted ones run on the CPU in CI
 KERNEL_FILTER=()
 if [[ $GPU == 1 ]]; then KERNEL_FILTER=(-k "not cpu"); fi
-STEPS=" ${STEPS:-kernels cuda bench async fp8 host other sweep} "
+STEPS=" ${STEPS:-kernels cuda bench async fp8 host other} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m gpu_kernel "${KERNEL_FILTER[@]}" \
     --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py tests/kernels/test_lora_kernels.py
-wants cuda && step "cuda tests" "${CUDA_TIMEOUT:-100}" "${PYTEST[@]}" --junitxml="$OUT/cuda_tests.xml" tests/cuda
+wants cuda && step "cuda tests" "${CUDA_TIMEOUT:-150}" "${PYTEST[@]}" --junitxml="$OUT/cuda_tests.xml" tests/cuda
 # shellcheck disable=SC2086  # BENCH_ARGS: extra flags, split on spaces
 wants bench && step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput "${BENCH_DEFAULT[@]}" ${BENCH_ARGS:-}
 # our engine with a float8 KV cache against HF (Whisper: the cross reads are most of a decode step's traffic)
@@ -121,9 +121,9 @@ if [[ $GPU == 1 ]]; then
 fi
 # our engine scheduling each decode step before the previous one's tokens reach the host, against HF
 wants async && step "gpu throughput, async scheduling" "${ASYNC_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput \
-    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_async.json}" --async-scheduling
+    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_async.json}" --async-scheduling --rounds 1
 # the host's share of a step on the tiny models (this machine's CPU), without and with asynchronous scheduling
-wants host && step "host time per step" "${HOST_TIMEOUT:-90}" "$PYTHON" -m benchmarks.host_overhead --rounds 2 \
+wants host && step "host time per step" "${HOST_TIMEOUT:-90}" "$PYTHON" -m benchmarks.host_overhead --rounds 1 \
     --compare-async
 # the folders that hold tests marked cuda outside tests/cuda (others need packages the GPU image lacks)
 wants other && step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not gpu_kernel" \
