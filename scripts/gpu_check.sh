@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# The GPU check, one command on a CUDA machine (about 5 minutes on an H100): installs the engine from this tree
-# without dependencies or network, prints the GPU and the versions, then runs, each step time-boxed and the next one
-# run whatever happened:
+# The GPU check, one command on a CUDA machine (at most 8 minutes: TOTAL_BUDGET): installs the engine from this tree
+# and the wheels carried in .whl/ without dependencies or network, prints the GPU and the versions, then runs, each
+# step time-boxed and the next one run whatever happened:
 #   kernels  the Triton kernel tests (their CUDA cases)   pytest -m gpu_kernel tests/kernels/test_triton_*.py test_lora_kernels.py
 #   cuda     the CUDA correctness tests                  pytest tests/cuda
 #   bench    the throughput benchmark against HF         python -m benchmarks.gpu_throughput
 #   fp8      the same for Whisper with a float8 KV cache  python -m benchmarks.gpu_throughput --kv-cache-dtype fp8
 #   async    the same with asynchronous scheduling        python -m benchmarks.gpu_throughput --async-scheduling
 #   host     the host time per step, sync and async    python -m benchmarks.host_overhead --compare-async
+#   prefill  xformers' prefill beside SDPA's             python -m benchmarks.gpu_prefill
 #   other    every other test marked cuda                pytest -m "cuda and not gpu_kernel" (their folders)
 #   sweep    the decode kernel's settings against SDPA   python -m benchmarks.gpu_decode_kernel
 # STEPS picks some, in that order (default: all but sweep), e.g. STEPS="sweep bench" BENCH_ARGS="--profile".
 # Everything is tee'd to $OUT/gpu_check.log; $OUT also gets the JUnit XML of the tests and gpu_throughput.json.
 # Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
 # the benchmark with --tiny --device cpu. Usage: OUT=/tmp/gpuout bash scripts/gpu_check.sh
-# TOTAL_BUDGET (seconds, default 480) bounds the whole run. Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT, BENCH_TIMEOUT, ASYNC_TIMEOUT, FP8_TIMEOUT, HOST_TIMEOUT,
-# OTHER_TIMEOUT, SWEEP_TIMEOUT;
-# BENCH_ARGS adds benchmark flags.
+# TOTAL_BUDGET (seconds, default 480) bounds the whole run. Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT,
+# BENCH_TIMEOUT, FP8_TIMEOUT, ASYNC_TIMEOUT, HOST_TIMEOUT, PREFILL_TIMEOUT, OTHER_TIMEOUT, SWEEP_TIMEOUT; BENCH_ARGS
+# adds benchmark flags.
 set -uo pipefail
 
 : "${OUT:?set OUT to the folder for the log and the results}"
@@ -81,8 +82,27 @@ install_engine() {
     export PYTHONPATH="/tmp/seq2seq_engine_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
 }
 
+install_carried_wheels() {
+    # wheels carried in .whl/ (ignored by git, docs/gpu.md) whose package this Python cannot import: installed
+    # without dependencies or network into a folder put first on PYTHONPATH
+    local wheel name site=/tmp/seq2seq_engine_wheels
+    for wheel in .whl/*.whl; do
+        [[ -e $wheel ]] || continue
+        name=$(basename "$wheel" | cut -d- -f1)
+        if "$PYTHON" -c "import $name" 2>/dev/null; then
+            say "$name already importable: $wheel not installed"
+            continue
+        fi
+        if "$PYTHON" -m pip install -q --no-deps --no-index --target "$site" "$wheel" 2>&1 | tee -a "$LOG"; then
+            export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+            say "installed $wheel into $site"
+        fi
+    done
+}
+
 say "=== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 install_engine
+install_carried_wheels
 if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1 | tee -a "$LOG"; fi
 "$PYTHON" - <<'EOF' 2>&1 | tee -a "$LOG"
 import platform
@@ -92,6 +112,8 @@ print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {tor
 if torch.cuda.is_available():
     props = torch.cuda.get_device_properties(0)
     print(f"GPU {props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}")
+    from seq2seq_engine.platforms.cuda import probe_xformers
+    print("xformers prefill: %s (%s)" % probe_xformers())
 EOF
 if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     GPU=1
@@ -107,7 +129,7 @@ PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 # on a GPU only the compiled (CUDA) cases: the interpreted ones run on the CPU in CI
 KERNEL_FILTER=()
 if [[ $GPU == 1 ]]; then KERNEL_FILTER=(-k "not cpu"); fi
-STEPS=" ${STEPS:-kernels cuda bench async fp8 host other} "
+STEPS=" ${STEPS:-kernels cuda bench async fp8 host prefill other} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m gpu_kernel "${KERNEL_FILTER[@]}" \
     --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py tests/kernels/test_lora_kernels.py
@@ -129,6 +151,8 @@ wants host && step "host time per step" "${HOST_TIMEOUT:-90}" "$PYTHON" -m bench
 wants other && step "other cuda tests" "${OTHER_TIMEOUT:-40}" "${PYTEST[@]}" -m "cuda and not gpu_kernel" \
     --junitxml="$OUT/other_cuda_tests.xml" tests/attention tests/platforms tests/worker tests/kernels
 if [[ $GPU == 1 ]]; then
+    wants prefill && step "prefill attention, xformers and SDPA" "${PREFILL_TIMEOUT:-40}" "$PYTHON" -m benchmarks.gpu_prefill \
+        --out "$OUT/gpu_prefill.json"
     wants sweep && step "decode kernel sweep" "${SWEEP_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_decode_kernel \
         --out "$OUT/decode_kernel.json"
 fi
