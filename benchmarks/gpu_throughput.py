@@ -1,6 +1,7 @@
-"""GPU throughput against HF transformers `generate` on the same GPU and the same random weights, interleaved rounds
-(ours, HF, ours, HF): Whisper large-v3 shaped 30 s windows with 120 forced tokens (RTFx) and BART-large shaped
-documents with 64 forced tokens (tokens/s). Each workload runs in its own child process; JSON plus a markdown table.
+"""GPU throughput against HF transformers `generate` (and, for Whisper, faster-whisper's CTranslate2 `generate` with
+`--engines ours,hf,ct2`) on the same GPU and the same random weights, interleaved rounds (ours, HF, ours, HF): Whisper
+large-v3 shaped 30 s windows with 120 forced tokens (RTFx) and BART-large shaped documents with 64 forced tokens
+(tokens/s). Each workload runs in its own child process; JSON plus a markdown table.
 
     python3 -m benchmarks.gpu_throughput --out gpu_throughput.json          # on a CUDA GPU, bfloat16
     python3 -m benchmarks.gpu_throughput --tiny --device cpu                 # smoke run of the script itself
@@ -26,14 +27,17 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 import torch
 import transformers
 
+from benchmarks.lib import ct2_whisper
 from benchmarks.lib.gpu_profile import describe, profile_run
-from benchmarks.lib.gpu_workloads import (WINDOW_SECONDS, Setup, agreement, bart_documents, bart_hf, bart_ours,
-                                          bart_setup, synchronize, whisper_features, whisper_hf, whisper_memory_gib,
-                                          whisper_ours, whisper_setup)
+from benchmarks.lib.gpu_report import markdown
+from benchmarks.lib.gpu_workloads import (WHISPER_EOT, WHISPER_PROMPT, WINDOW_SECONDS, agreement, bart_documents,
+                                          bart_hf, bart_ours, bart_setup, synchronize, whisper_features, whisper_hf,
+                                          whisper_memory_gib, whisper_ours, whisper_setup)
 from benchmarks.lib.launch import ROOT, script_command
 from seq2seq_engine.cache_dir import cache_root
 
 WORKLOADS = ("whisper", "bart")
+ENGINES = ("ours", "hf", "ct2")
 # (full, tiny) defaults of the size arguments
 SIZES = {"whisper_batches": ("64,128", "2,3"), "whisper_new_tokens": (120, 6), "bart_docs": (256, 6),
          "bart_min_len": (64, 8), "bart_max_len": (512, 40), "bart_new_tokens": (64, 6), "hf_batch": (64, 4)}
@@ -46,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="2-layer models and a few requests (smoke run)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--engines", default="ours,hf",
+                        help="engines to run, among ours, hf and ct2 (CTranslate2 Whisper, the faster-whisper peer: "
+                             "Whisper only); ours always runs")
     parser.add_argument("--whisper-batches", default=None, help="windows per batch, comma-separated (64,128)")
     parser.add_argument("--whisper-new-tokens", type=int, default=None)
     parser.add_argument("--bart-docs", type=int, default=None)
@@ -75,8 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.batches = [int(b) for b in str(args.whisper_batches).split(",")]
     args.max_batch = max(args.batches)
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
-    if unknown or args.rounds < 1 or min(args.batches) < 1:
-        parser.error(f"workloads must be among {WORKLOADS} (got {sorted(unknown)}), rounds and batches >= 1")
+    args.engine_list = ["ours"] + [e for e in ENGINES[1:] if e in args.engines.split(",")]
+    if unknown or args.rounds < 1 or min(args.batches) < 1 or set(args.engines.split(",")) - set(ENGINES):
+        parser.error(f"workloads must be among {WORKLOADS} (got {sorted(unknown)}), engines among {ENGINES}, "
+                     "rounds and batches >= 1")
     return args
 
 
@@ -94,15 +103,15 @@ def timed(device: str, run: Callable[[], List[List[int]]]) -> Dict[str, Any]:
     return {"seconds": time.perf_counter() - start, "tokens": tokens, "error": None}
 
 
-def interleaved(args, setup: Setup, calls: Dict[str, Callable[[Any], List[List[int]]]]) -> Dict[str, Any]:
-    """Warm-up once per engine, then `args.rounds` rounds of ours, HF; the best round counts."""
-    engines = {"ours": setup.ours, "hf": setup.hf}
+def interleaved(args, engines: Dict[str, Any], calls: Dict[str, Dict[str, Callable[[Any], List[List[int]]]]],
+                seconds: Dict[str, float]) -> Dict[str, Any]:
+    """Warm-up once per engine, then `args.rounds` rounds of each engine in turn; the best round counts."""
     start = time.perf_counter()
     for name, call in calls.items():
         warm = timed(args.device, lambda: call["warmup"](engines[name]))
         if warm["error"]:
             print(f"{name} warm-up failed: {warm['error']}", flush=True)
-    setup.seconds["warmup"] = setup.seconds.get("warmup", 0.0) + time.perf_counter() - start
+    seconds["warmup"] = seconds.get("warmup", 0.0) + time.perf_counter() - start
     result: Dict[str, Any] = {name: {"rounds": [], "errors": []} for name in calls}
     last: Dict[str, Any] = {}
     for _ in range(args.rounds):
@@ -113,13 +122,17 @@ def interleaved(args, setup: Setup, calls: Dict[str, Callable[[Any], List[List[i
                 result[name]["errors"].append(run["error"])
             last[name] = run["tokens"]
             if torch.device(args.device).type == "cuda":
-                torch.cuda.empty_cache()  # HF's freed activations must not crowd our pool's neighbours
+                torch.cuda.empty_cache()  # the peers' freed activations must not crowd our pool's neighbours
     for name in calls:
         times = [t for t in result[name]["rounds"] if t is not None]
         result[name]["best_s"] = min(times) if times else None
-    best_ours, best_hf = result["ours"]["best_s"], result["hf"]["best_s"]
-    result["speed_ratio"] = best_hf / best_ours if best_ours and best_hf else None
-    result["agreement"] = agreement(last.get("ours"), last.get("hf"))
+    best_ours = result["ours"]["best_s"]
+    for peer in [name for name in calls if name != "ours"]:
+        best_peer = result[peer]["best_s"]
+        result[peer]["speed_ratio"] = best_peer / best_ours if best_ours and best_peer else None
+        result[peer]["agreement"] = agreement(last.get("ours"), last.get(peer))
+    if "hf" in calls:   # the keys every earlier result file has
+        result["speed_ratio"], result["agreement"] = result["hf"]["speed_ratio"], result["hf"]["agreement"]
     return result
 
 
@@ -131,14 +144,19 @@ def whisper_child(args, model_dir: str) -> Dict[str, Any]:
     print(f"whisper: estimated device memory (GiB) {memory}", flush=True)
     out: Dict[str, Any] = {"setup_s": setup.seconds, "new_tokens": n, "window_s": WINDOW_SECONDS,
                            "memory_estimate_gib": memory, "batches": {}}
+    engines = {"ours": setup.ours, "hf": setup.hf}
+    if "ct2" in args.engine_list:
+        engines["ct2"], out["ct2"] = ct2_whisper.load(model_dir, args.device, args.dtype)
+        print(f"whisper: the CTranslate2 (faster-whisper) peer: {out['ct2']}", flush=True)
     for batch in args.batches:
         part = features[:batch]
         # warm-up on the timed batch (2 tokens): the CUDA graphs of the decode batch sizes it meets are captured then
-        calls = {"ours": {"warmup": lambda llm: whisper_ours(llm, part, 2),
-                          "timed": lambda llm: whisper_ours(llm, part, n)},
-                 "hf": {"warmup": lambda m: whisper_hf(m, part, 2), "timed": lambda m: whisper_hf(m, part, n)}}
-        result = interleaved(args, setup, calls)
-        for name in ("ours", "hf"):
+        runs = {"ours": lambda llm, k: whisper_ours(llm, part, k), "hf": lambda m, k: whisper_hf(m, part, k),
+                "ct2": lambda m, k: ct2_whisper.generate(m, part, WHISPER_PROMPT, WHISPER_EOT, k)}
+        calls = {name: {"warmup": lambda e, run=runs[name]: run(e, 2), "timed": lambda e, run=runs[name]: run(e, n)}
+                 for name in args.engine_list if engines.get(name) is not None}
+        result = interleaved(args, engines, calls, setup.seconds)
+        for name in calls:
             best = result[name]["best_s"]
             result[name]["rtfx"] = batch * WINDOW_SECONDS / best if best else None
         out["batches"][str(batch)] = result
@@ -169,8 +187,9 @@ def bart_child(args, model_dir: str) -> Dict[str, Any]:
                       "timed": lambda llm: bart_ours(llm, documents, n)},
              "hf": {"warmup": lambda m: bart_hf(m, documents[:args.hf_batch], 2, args.hf_batch),
                     "timed": lambda m: bart_hf(m, documents, n, args.hf_batch)}}
-    result = interleaved(args, setup, calls)
-    for name in ("ours", "hf"):
+    calls = {name: call for name, call in calls.items() if name in args.engine_list}
+    result = interleaved(args, {"ours": setup.ours, "hf": setup.hf}, calls, setup.seconds)
+    for name in calls:
         best = result[name]["best_s"]
         result[name]["tokens_per_s"] = len(documents) * n / best if best else None
     profile = profiled(args, f"bart {len(documents)} documents", {"ours": lambda: bart_ours(setup.ours, documents, n)}
@@ -220,38 +239,6 @@ def spawn(workload: str, argv: List[str]) -> Dict[str, Any]:
         os.unlink(path)
     result["process_s"] = elapsed
     return result
-
-
-def _cell(value, fmt: str = "{:.2f}") -> str:
-    return "" if value is None else fmt.format(value)
-
-
-def _rows(name: str, batch: str, result: Dict[str, Any], unit: str) -> List[List[str]]:
-    rows = []
-    for engine in ("ours", "hf"):
-        r = result[engine]
-        rounds = " / ".join("failed" if t is None else f"{t:.2f}" for t in r["rounds"])
-        ratio = _cell(result.get("speed_ratio"), "{:.2f}x") if engine == "ours" else ""
-        same = result.get("agreement", {})
-        agree = (f"{same['identical']:.0%} / {same['common_prefix']:.0%}" if same and engine == "ours" else "")
-        rows.append([name, batch, engine, _cell(r["best_s"]), rounds, _cell(r.get(unit), "{:.1f}"), ratio, agree])
-    return rows
-
-
-def markdown(results: Dict[str, Any]) -> str:
-    header = ["workload", "requests", "engine", "best wall s", "rounds s", "RTFx or tok/s", "ours/HF speed",
-              "same tokens / common prefix"]
-    rows = []
-    for name, result in results["workloads"].items():
-        if "error" in result:
-            rows.append([name, "", "", "", result["error"], "", "", ""])
-        elif name == "whisper":
-            for batch, batch_result in result["batches"].items():
-                rows += _rows(name, batch, batch_result, "rtfx")
-        else:
-            rows += _rows(name, str(result["documents"]), result["result"], "tokens_per_s")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,8 @@
 #   cuda     the CUDA correctness tests                  pytest tests/cuda
 #   bench    the throughput benchmark against HF         python -m benchmarks.gpu_throughput
 #   fp8      the same for Whisper with a float8 KV cache  python -m benchmarks.gpu_throughput --kv-cache-dtype fp8
-#   async    the same with asynchronous scheduling        python -m benchmarks.gpu_throughput --async-scheduling
+#   async    ours with asynchronous scheduling            python -m benchmarks.gpu_throughput --async-scheduling
+#   ct2      Whisper against faster-whisper's CTranslate2 python -m benchmarks.gpu_throughput --engines ours,ct2
 #   host     the host time per step, sync and async    python -m benchmarks.host_overhead --compare-async
 #   prefill  xformers' prefill beside SDPA's             python -m benchmarks.gpu_prefill
 #   other    every other test marked cuda                pytest -m "cuda and not gpu_kernel" (their folders)
@@ -16,8 +17,8 @@
 # Without a GPU it runs as a dry run: the kernel tests on CPU tensors (Triton's interpreter), the CUDA tests skipped,
 # the benchmark with --tiny --device cpu. Usage: OUT=/tmp/gpuout bash scripts/gpu_check.sh
 # TOTAL_BUDGET (seconds, default 480) bounds the whole run. Time boxes (seconds): KERNEL_TIMEOUT, CUDA_TIMEOUT,
-# BENCH_TIMEOUT, FP8_TIMEOUT, ASYNC_TIMEOUT, HOST_TIMEOUT, PREFILL_TIMEOUT, OTHER_TIMEOUT, SWEEP_TIMEOUT; BENCH_ARGS
-# adds benchmark flags.
+# BENCH_TIMEOUT, FP8_TIMEOUT, ASYNC_TIMEOUT, CT2_TIMEOUT, HOST_TIMEOUT, PREFILL_TIMEOUT, OTHER_TIMEOUT,
+# SWEEP_TIMEOUT; BENCH_ARGS adds benchmark flags.
 set -uo pipefail
 
 : "${OUT:?set OUT to the folder for the log and the results}"
@@ -114,6 +115,13 @@ if torch.cuda.is_available():
     print(f"GPU {props.name}, {props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}")
     from seq2seq_engine.platforms.cuda import probe_xformers
     print("xformers prefill: %s (%s)" % probe_xformers())
+    import ctypes
+    for soname in ("libcublas.so.12", "libcudnn.so.9"):   # what CTranslate2's CUDA build loads (the ct2 step)
+        try:
+            ctypes.CDLL(soname)
+            print(f"{soname}: found")
+        except OSError:
+            print(f"{soname}: not on the library path (the ct2 step then looks in torch's nvidia wheels)")
 EOF
 if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     GPU=1
@@ -129,7 +137,7 @@ PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 # on a GPU only the compiled (CUDA) cases: the interpreted ones run on the CPU in CI
 KERNEL_FILTER=()
 if [[ $GPU == 1 ]]; then KERNEL_FILTER=(-k "not cpu"); fi
-STEPS=" ${STEPS:-kernels cuda bench async fp8 host prefill other} "
+STEPS=" ${STEPS:-kernels cuda bench fp8 async ct2 host prefill other} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 wants kernels && step "kernel tests" "${KERNEL_TIMEOUT:-120}" "${PYTEST[@]}" -m gpu_kernel "${KERNEL_FILTER[@]}" \
     --junitxml="$OUT/kernel_tests.xml" tests/kernels/test_triton_*.py tests/kernels/test_lora_kernels.py
@@ -139,11 +147,15 @@ wants bench && step "gpu throughput" "${BENCH_TIMEOUT:-150}" "$PYTHON" -m benchm
 # our engine with a float8 KV cache against HF (Whisper: the cross reads are most of a decode step's traffic)
 if [[ $GPU == 1 ]]; then
     wants fp8 && step "gpu throughput, fp8 KV cache" "${FP8_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_throughput \
-        --workloads whisper --kv-cache-dtype fp8 --out "$OUT/gpu_throughput_fp8.json"
+        --workloads whisper --kv-cache-dtype fp8 --rounds 1 --out "$OUT/gpu_throughput_fp8.json"
 fi
-# our engine scheduling each decode step before the previous one's tokens reach the host, against HF
-wants async && step "gpu throughput, async scheduling" "${ASYNC_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput \
-    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_async.json}" --async-scheduling --rounds 1
+# our engine scheduling each decode step before the previous one's tokens reach the host (HF's times: the bench step)
+wants async && step "gpu throughput, async scheduling" "${ASYNC_TIMEOUT:-120}" "$PYTHON" -m benchmarks.gpu_throughput \
+    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_async.json}" --async-scheduling --engines ours --rounds 1
+# Whisper against faster-whisper's engine (CTranslate2 Whisper.generate on the batch, the same weights converted): on
+# a GPU it needs CTranslate2's CUDA build with libcublas.so.12 and libcudnn.so.9, said in the log when missing
+wants ct2 && step "gpu throughput, faster-whisper peer" "${CT2_TIMEOUT:-150}" "$PYTHON" -m benchmarks.gpu_throughput \
+    "${BENCH_DEFAULT[@]/gpu_throughput.json/gpu_throughput_ct2.json}" --workloads whisper --engines ours,ct2 --rounds 1
 # the host's share of a step on the tiny models (this machine's CPU), without and with asynchronous scheduling
 wants host && step "host time per step" "${HOST_TIMEOUT:-90}" "$PYTHON" -m benchmarks.host_overhead --rounds 1 \
     --compare-async

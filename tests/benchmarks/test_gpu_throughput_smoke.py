@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -46,3 +48,21 @@ def test_every_run_of_ours_runs_its_encoders_again(tmp_path):
         first = run(llm, inputs, 2)
         before = runner.num_encoder_runs
         assert run(llm, inputs, 2) == first and runner.num_encoder_runs - before == len(inputs)
+
+
+def test_tiny_cpu_run_against_the_ctranslate2_peer(tmp_path):
+    """--engines ours,ct2: the same random Whisper converted to CTranslate2 (faster-whisper's engine) runs the same
+    windows; at float32 its forced-length greedy tokens are ours, and the table has its rows."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "gpu_throughput.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.gpu_throughput", "--tiny", "--device", "cpu",
+                             "--rounds", "1", "--workloads", "whisper", "--engines", "ours,ct2", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    whisper = json.loads(out.read_text())["workloads"]["whisper"]
+    assert whisper["ct2"].startswith("ctranslate2 ") and "float32 on cpu" in whisper["ct2"]
+    for run in whisper["batches"].values():
+        assert set(run) >= {"ours", "ct2"} and "hf" not in run
+        assert run["ct2"]["errors"] == [] and run["ct2"]["speed_ratio"] > 0
+        assert run["ct2"]["agreement"] == {"identical": 1.0, "common_prefix": 1.0}
+    assert len([line for line in result.stdout.splitlines() if line.startswith("| whisper |")]) == 4
