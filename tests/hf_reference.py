@@ -78,3 +78,8 @@ def build_tiny_bart_with_tokenizer(tmp_path, tokenizer, **generation) -> Tuple[s
     hf_model.generation_config.update(forced_bos_token_id=0, **generation)
     hf_model.generation_config.save_pretrained(model_dir)
     return model_dir, hf_model
+
+
+def random_tokens(n: int, seed: int, low: int = 4, vocab_size: int = 256) -> List[int]:
+    """`n` token ids in [low, vocab_size) from their own seeded generator (ids below `low` are the special ones)."""
+    return torch.randint(low, vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()

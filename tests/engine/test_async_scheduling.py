@@ -5,35 +5,22 @@ steps really run ahead; an abort between steps reports real tokens only and leav
 blocks as without it."""
 import pytest
 import torch
-from hf_reference import build_tiny_model
-from t5_reference import build_tiny_t5
+from hf_reference import random_tokens
 
 from seq2seq_engine import LLM, BeamSearchParams, ExplicitEncoderDecoderPrompt, SamplingParams, TokensPrompt
 from seq2seq_engine.sequence_data import PLACEHOLDER_TOKEN_ID
 
-VOCAB = 256
 ARCHS = ("bart", "t5", "whisper", "llama")
-
-
-def _tokens(n, seed, low=4):
-    return torch.randint(low, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    built = {arch: build_tiny_model(arch, tmp_path_factory.mktemp(arch))[0] for arch in ("bart", "whisper", "llama")}
-    built["t5"] = build_tiny_t5("t5", tmp_path_factory.mktemp("t5"), vocab_size=VOCAB)[0]
-    return built
 
 
 def _prompts(arch, count=6):
     if arch == "llama":
-        return [TokensPrompt(prompt_token_ids=_tokens(3 + 2 * i, i)) for i in range(count)]
+        return [TokensPrompt(prompt_token_ids=random_tokens(3 + 2 * i, i)) for i in range(count)]
     if arch == "whisper":
         return [TokensPrompt(prompt_token_ids=[3], multi_modal_data={
             "input_features": torch.randn(80, 100, generator=torch.Generator().manual_seed(i))}) for i in range(count)]
     start = 0 if arch == "t5" else 2
-    return [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=_tokens(5 + 3 * i, 10 + i)),
+    return [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=random_tokens(5 + 3 * i, 10 + i)),
                                          decoder_prompt=TokensPrompt(prompt_token_ids=[start]))
             for i in range(count)]
 
@@ -79,10 +66,10 @@ def _assert_no_leak(engine):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", ["greedy", "seeded", "n2", "stop_tokens", "penalties", "beam"])
-def test_same_outputs_with_and_without(models, arch, mode):
+def test_same_outputs_with_and_without(family_models, arch, mode):
     prompts = _prompts(arch)
-    expected = _outputs(_llm(models[arch], False), prompts, mode)
-    llm = _llm(models[arch], True)
+    expected = _outputs(_llm(family_models[arch], False), prompts, mode)
+    llm = _llm(family_models[arch], True)
     assert _outputs(llm, prompts, mode) == expected
     engine = llm.llm_engine
     if mode in ("greedy", "seeded", "stop_tokens"):
@@ -94,14 +81,14 @@ def test_same_outputs_with_and_without(models, arch, mode):
 
 @pytest.mark.parametrize("arch", ["bart", "llama"])
 @pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
-def test_same_outputs_under_preemption(models, arch, preemption_mode):
+def test_same_outputs_under_preemption(family_models, arch, preemption_mode):
     """A pool too small for the batch: requests are preempted and resumed (those steps run synchronously)."""
     prompts = _prompts(arch, count=8)
     params = [SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True) for _ in prompts]
     kwargs = dict(num_gpu_blocks_override=40, swap_space_gb=0.01, preemption_mode=preemption_mode)
     runs = {}
     for flag in (False, True):
-        llm = _llm(models[arch], flag, **kwargs)
+        llm = _llm(family_models[arch], flag, **kwargs)
         runs[flag] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
         assert llm.llm_engine.scheduler.num_cumulative_preemption > 0
     assert runs[True] == runs[False]
@@ -129,14 +116,14 @@ def _stream(engine, prompts, params, abort_at=None):
 
 
 @pytest.mark.parametrize("arch", ["whisper", "llama"])
-def test_streamed_outputs_and_an_abort(models, arch):
+def test_streamed_outputs_and_an_abort(family_models, arch):
     """Each step's outputs hold real tokens that grow as without asynchronous scheduling (one step later); an abort
     between steps leaves the other requests' outputs unchanged and frees every block."""
     prompts = _prompts(arch, count=4)
     params = [SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True) for _ in prompts]
-    plain = _stream(_llm(models[arch], False).llm_engine, prompts, params)
+    plain = _stream(_llm(family_models[arch], False).llm_engine, prompts, params)
     assert PLACEHOLDER_TOKEN_ID not in sum((list(o[-1].outputs[0].token_ids) for o in plain.values()), [])
-    llm = _llm(models[arch], True)
+    llm = _llm(family_models[arch], True)
     streamed = _stream(llm.llm_engine, prompts, params, abort_at=(5, "2"))
     for request_id, outputs in streamed.items():
         final = plain[request_id][-1].outputs[0].token_ids

@@ -3,40 +3,27 @@ tokens with the caches on and off for greedy, seeded sampling and beam search, a
 preemption in a pool too small for the batch; each distinct encoder input runs once; no block is leaked."""
 import pytest
 import torch
-from hf_reference import build_tiny_model
-from t5_reference import build_tiny_t5
+from hf_reference import random_tokens
 
 from seq2seq_engine import LLM, BeamSearchParams, ExplicitEncoderDecoderPrompt, SamplingParams, TokensPrompt
 
-VOCAB = 256
 BLOCK_SIZE = 4
 CACHES_OFF = dict(enable_prefix_caching=False, enable_encoder_cache=False)
-
-
-def _tokens(n, seed, low=4):
-    return torch.randint(low, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    built = {arch: build_tiny_model(arch, tmp_path_factory.mktemp(arch))[0] for arch in ("bart", "whisper", "llama")}
-    built["t5"] = build_tiny_t5("t5", tmp_path_factory.mktemp("t5"), vocab_size=VOCAB)[0]
-    return built
 
 
 def _prompts(arch):
     """(prompts, number of distinct encoder inputs): each document under several decoder prompts (some repeated
     exactly), or for Llama one 13-token prefix (three full blocks) under different questions."""
     if arch == "llama":
-        prefix = _tokens(13, 100)
-        return [TokensPrompt(prompt_token_ids=prefix + _tokens(n, n)) for n in (1, 3, 6, 3, 9)], 0
+        prefix = random_tokens(13, 100)
+        return [TokensPrompt(prompt_token_ids=prefix + random_tokens(n, n)) for n in (1, 3, 6, 3, 9)], 0
     if arch == "whisper":
         features = [torch.randn(80, 100, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
         decoders = [[3], [3, 9], [3, 9, 17], [3]]
         return [TokensPrompt(prompt_token_ids=d, multi_modal_data={"input_features": f})
                 for f in features for d in decoders], len(features)
     start = 0 if arch == "t5" else 2
-    documents = [_tokens(n, 10 + n) for n in (9, 20, 14)]
+    documents = [random_tokens(n, 10 + n) for n in (9, 20, 14)]
     decoders = [[start], [start, 5], [start, 7, 8, 11, 12, 13], [start, 5]]
     return [ExplicitEncoderDecoderPrompt(encoder_prompt=TokensPrompt(prompt_token_ids=doc),
                                          decoder_prompt=TokensPrompt(prompt_token_ids=dec))
@@ -72,10 +59,10 @@ def _assert_all_free(engine):
 
 @pytest.mark.parametrize("mode", ["greedy", "seeded", "beam"])
 @pytest.mark.parametrize("arch", ["bart", "t5", "whisper", "llama"])
-def test_outputs_equal_with_caches_on_and_off(models, arch, mode):
+def test_outputs_equal_with_caches_on_and_off(family_models, arch, mode):
     prompts, num_documents = _prompts(arch)
-    cached_engine, cached = _run(models[arch], prompts, mode)
-    plain_engine, plain = _run(models[arch], prompts, mode, **CACHES_OFF)
+    cached_engine, cached = _run(family_models[arch], prompts, mode)
+    plain_engine, plain = _run(family_models[arch], prompts, mode, **CACHES_OFF)
     _assert_same(cached, plain)
     _assert_all_free(cached_engine)
     manager = cached_engine.scheduler.block_manager
@@ -88,8 +75,8 @@ def test_outputs_equal_with_caches_on_and_off(models, arch, mode):
         assert manager.prefix_cache.num_queried_tokens == sum(len(p["prompt_token_ids"]) for p in prompts)
 
 
-def test_second_batch_finds_the_prefix_and_the_encoder_outputs_cached(models):
-    llm = LLM(models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+def test_second_batch_finds_the_prefix_and_the_encoder_outputs_cached(family_models):
+    llm = LLM(family_models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
     prompts, _ = _prompts("llama")
     params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
     first = llm.generate(prompts, params, use_tqdm=False)
@@ -100,7 +87,7 @@ def test_second_batch_finds_the_prefix_and_the_encoder_outputs_cached(models):
     assert cache.num_hit_tokens - hits_before >= 12 * len(prompts)
     assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in second]
 
-    bart = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    bart = LLM(family_models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
     prompts, num_documents = _prompts("bart")
     bart.generate(prompts, params, use_tqdm=False)
     bart.generate(prompts, params, use_tqdm=False)
@@ -110,22 +97,22 @@ def test_second_batch_finds_the_prefix_and_the_encoder_outputs_cached(models):
 
 @pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
 @pytest.mark.parametrize("arch", ["bart", "whisper", "llama"])
-def test_preemption_with_caches_keeps_outputs(models, arch, preemption_mode):
+def test_preemption_with_caches_keeps_outputs(family_models, arch, preemption_mode):
     prompts, _ = _prompts(arch)
     prompts = prompts * 2
     mode = "greedy" if preemption_mode == "recompute" else "beam"  # beams are swapped, single sequences recomputed
-    _, plain = _run(models[arch], prompts, mode, **CACHES_OFF)
+    _, plain = _run(family_models[arch], prompts, mode, **CACHES_OFF)
     num_blocks = {"bart": 30, "whisper": 40, "llama": 24}[arch]
-    tight_engine, tight = _run(models[arch], prompts, mode, num_gpu_blocks_override=num_blocks,
+    tight_engine, tight = _run(family_models[arch], prompts, mode, num_gpu_blocks_override=num_blocks,
                                swap_space_gb=0.01, preemption_mode=preemption_mode)
     assert tight_engine.scheduler.num_cumulative_preemption > 0
     _assert_same(tight, plain)
     _assert_all_free(tight_engine)
 
 
-def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(models):
+def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(family_models):
     params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
-    bart = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    bart = LLM(family_models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
     prompts, num_documents = _prompts("bart")
     first = bart.generate(prompts, params, use_tqdm=False)
     runner, manager = bart.llm_engine.model_runner, bart.llm_engine.scheduler.block_manager
@@ -140,7 +127,7 @@ def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(models
     assert not bart.reset_prefix_cache()  # refused while a request is unfinished
     bart.llm_engine.abort_request("running")
 
-    llm = LLM(models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
+    llm = LLM(family_models["llama"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.02)
     prompts, _ = _prompts("llama")
     llm.generate(prompts, params, use_tqdm=False)
     cache = llm.llm_engine.scheduler.block_manager.prefix_cache
@@ -150,10 +137,11 @@ def test_reset_prefix_cache_makes_the_next_batch_compute_everything_again(models
     assert cache.num_hit_tokens == hits  # the same prompts: their blocks were forgotten
 
 
-def test_a_cpu_engine_caps_the_free_blocks_its_caches_keep(models):
+def test_a_cpu_engine_caps_the_free_blocks_its_caches_keep(family_models):
     from seq2seq_engine.engine.llm_engine import CPU_CACHED_KV_BYTES
     from seq2seq_engine.worker.cache_engine import cache_block_bytes
-    engine = LLM(models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE, kv_cache_space_gb=0.01).llm_engine
+    engine = LLM(family_models["bart"], skip_tokenizer_init=True, block_size=BLOCK_SIZE,
+                 kv_cache_space_gb=0.01).llm_engine
     block_bytes = cache_block_bytes(*engine.model_runner.model.kv_cache_spec(), BLOCK_SIZE, engine.kv_cache_dtype)
     assert engine.cache_config.max_cached_blocks == CPU_CACHED_KV_BYTES // block_bytes > 0
     assert engine.scheduler.block_manager.gpu_allocator.max_evictable == engine.cache_config.max_cached_blocks
