@@ -1,6 +1,7 @@
 """Shared pytest fixtures: a tiny sentencepiece tokenizer trained offline (BART-like special ids), the kernel
-paths, single-threaded torch for the real-model comparison modules; `require_model` and `require_speech_clips` for
-the tests on real weights and real speech (`from conftest import require_model`)."""
+paths, single-threaded torch for the real-model comparison modules, one tiny checkpoint per family (`family_models`);
+`require_model` and `require_speech_clips` for the tests on real weights and real speech (`from conftest import
+require_model`)."""
 import importlib.util
 import os
 import random
@@ -131,3 +132,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory):
+    """{family: model directory} of one tiny random checkpoint per family (BART, T5, Whisper, Llama), vocabularies of
+    256 tokens, for a module."""
+    from hf_reference import build_tiny_model
+    from t5_reference import build_tiny_t5
+    built = {arch: build_tiny_model(arch, tmp_path_factory.mktemp(arch))[0] for arch in ("bart", "whisper", "llama")}
+    built["t5"] = build_tiny_t5("t5", tmp_path_factory.mktemp("t5"), vocab_size=256)[0]
+    return built
