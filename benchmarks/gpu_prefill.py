@@ -17,6 +17,7 @@ import seq2seq_engine  # noqa: F401,I001 - first: its OpenMP defaults must prece
 # isort: split
 import torch
 
+from benchmarks.gpu_decode_kernel import time_us
 from seq2seq_engine.attention.backends.cuda_backend import CudaAttentionBackend
 from seq2seq_engine.attention.bias import BlockDiagonalCausalMask, BlockDiagonalMask
 
@@ -35,19 +36,7 @@ def _bias(kind: str, q_lens: List[int], k_lens):
     return BlockDiagonalMask.from_seqlens(q_lens, k_lens)
 
 
-def _time_ms(fn, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeats
-
-
-def measure(name: str, dtype: torch.dtype, repeats: int) -> Dict[str, object]:
+def measure(name: str, dtype: torch.dtype) -> Dict[str, object]:
     kind, q_lens, k_lens, heads, kv_heads, head_size = SHAPES[name]
     bias = _bias(kind, q_lens, k_lens)
     generator = torch.Generator(device="cuda").manual_seed(0)
@@ -59,7 +48,7 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> Dict[str, object]:
     backends = {"xformers": CudaAttentionBackend("xformers"), "sdpa": CudaAttentionBackend("sdpa")}
     outputs = {label: b.prefill_attention(query, key, value, bias, scale) for label, b in backends.items()}
     max_diff = float((outputs["xformers"].float() - outputs["sdpa"].float()).abs().max())
-    times = {label: _time_ms(lambda b=b: b.prefill_attention(query, key, value, bias, scale), repeats)
+    times = {label: time_us(lambda b=b: b.prefill_attention(query, key, value, bias, scale)) / 1000.0
              for label, b in backends.items()}
     return dict(shape=name, xformers_ms=times["xformers"], sdpa_ms=times["sdpa"],
                 sdpa_over_xformers=times["sdpa"] / times["xformers"], max_abs_diff=max_diff)
@@ -68,7 +57,6 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> Dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", default=None, help="JSON file of the results")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -79,7 +67,7 @@ def main() -> None:
     if not usable:
         print(f"gpu_prefill: xformers cannot run here ({note}); nothing measured")
         sys.exit(1)
-    rows = [measure(name, getattr(torch, args.dtype), args.repeats) for name in SHAPES]
+    rows = [measure(name, getattr(torch, args.dtype)) for name in SHAPES]
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, {note}\n")
     print("| shape | xformers ms | SDPA ms | SDPA / xformers | max abs diff |")
     print("|---|---|---|---|---|")

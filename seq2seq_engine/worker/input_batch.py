@@ -153,9 +153,9 @@ class InputBatch:
                 self._num_synced_tokens[row] = length
         num_blocks = [len(table) for table in tables]
         for i, row in enumerate(rows.tolist()):
-            if num_blocks[i] != self._num_synced_blocks[row]:
-                self.block_table[row, self._num_synced_blocks[row]:num_blocks[i]] = tables[i][
-                    self._num_synced_blocks[row]:]
+            synced_blocks = self._num_synced_blocks[row]
+            if num_blocks[i] != synced_blocks:
+                self.block_table[row, synced_blocks:num_blocks[i]] = tables[i][synced_blocks:]
                 self._num_synced_blocks[row] = num_blocks[i]
         # the last block of each row again: a copy-on-write replaces it in place
         self.block_table[rows, np.asarray(num_blocks) - 1] = [table[-1] for table in tables]

@@ -31,21 +31,20 @@ from seq2seq_engine.sampling_params import SamplingParams
 Pairs = Tuple[np.ndarray, np.ndarray]
 
 
-def always_processed(params: SamplingParams) -> bool:
-    """Whether rows with these params have something to process at every length (all but the min_tokens ban)."""
-    return (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
-            or params.no_repeat_ngram_size > 0 or bool(params.bad_words_ids) or bool(params._bad_words_token_ids)
-            or params.forced_bos_token_id is not None or params.forced_eos_token_id is not None
-            or bool(params.suppress_tokens) or bool(params.begin_suppress_tokens) or bool(params.logit_bias)
-            or params.allowed_token_ids is not None or bool(params.logits_processors))
-
-
 def reads_history(params: SamplingParams) -> bool:
     """Whether rows with these params read their earlier tokens' values (penalties, n-gram and bad-word bans, user
     callables), not only how many there are."""
     return (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
             or params.no_repeat_ngram_size > 0 or bool(params.bad_words_ids) or bool(params._bad_words_token_ids)
             or bool(params.logits_processors))
+
+
+def always_processed(params: SamplingParams) -> bool:
+    """Whether rows with these params have something to process at every length (all but the min_tokens ban): what
+    reads earlier tokens, and what reads only their count (forced and suppressed tokens, logit bias, allowed ids)."""
+    return (reads_history(params) or params.forced_bos_token_id is not None or params.forced_eos_token_id is not None
+            or bool(params.suppress_tokens) or bool(params.begin_suppress_tokens) or bool(params.logit_bias)
+            or params.allowed_token_ids is not None)
 
 
 @dataclasses.dataclass
